@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"hookbox.dev/hookbox/compiler"
+	"hookbox.dev/hookbox/render"
+)
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "hookbox",
+		Short:         "Run AI coding agent spawns in containers and prove what ran",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newRenderCommand(), newSchemaCommand(), newVersionCommand())
+	return root
+}
+
+func newRenderCommand() *cobra.Command {
+	var format, spawn string
+	cmd := &cobra.Command{
+		Use:   "render SPEC",
+		Short: "Compile a spawn spec and print its render",
+		Long: `Compile a spawn spec (YAML or JSON) and print the render: the exact plan of
+each spawn. --format json prints canonical JSON (a SpawnList prints a JSON
+array); the sha256 of one render's canonical bytes is its digest.
+--format text prints a view for humans, digest included.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != "json" && format != "text" {
+				return usageError{fmt.Errorf("--format %q: use json or text", format)}
+			}
+			renders, err := compiler.CompileFile(args[0])
+			if err != nil {
+				return err
+			}
+			if spawn != "" {
+				renders = selectSpawn(renders, spawn)
+				if renders == nil {
+					return usageError{fmt.Errorf("--spawn %q: no such spawn in %s", spawn, args[0])}
+				}
+			}
+			var out bytes.Buffer
+			if err := writeRenders(&out, renders, format); err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out.Bytes())
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "json", "output format: json or text")
+	cmd.Flags().StringVar(&spawn, "spawn", "", "print only the spawn with this name")
+	return cmd
+}
+
+func selectSpawn(renders []*render.Render, name string) []*render.Render {
+	for _, r := range renders {
+		if r.Spawn == name {
+			return []*render.Render{r}
+		}
+	}
+	return nil
+}
+
+// writeRenders prints one render as its canonical JSON, several as a JSON
+// array of canonical renders, or text sections.
+func writeRenders(w io.Writer, renders []*render.Render, format string) error {
+	for i, r := range renders {
+		digest, canonical, err := r.Digest()
+		if err != nil {
+			return err
+		}
+		switch {
+		case format == "text":
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprint(w, r.Text(digest))
+		case len(renders) == 1:
+			fmt.Fprintf(w, "%s\n", canonical)
+		default:
+			sep := ","
+			if i == 0 {
+				sep = "["
+			}
+			fmt.Fprintf(w, "%s%s", sep, canonical)
+			if i == len(renders)-1 {
+				fmt.Fprintln(w, "]")
+			}
+		}
+	}
+	return nil
+}
+
+func newSchemaCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "schema",
+		Short: "Print the JSON Schema (draft 2020-12) of the spawn spec",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			data, err := compiler.JSONSchema()
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", data)
+			return err
+		},
+	}
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print hookbox's version",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "hookbox %s (render schema %d, spec %s, %s %s/%s)\n",
+				version, render.SchemaVersion, compiler.APIVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return err
+		},
+	}
+}
+
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{fmt.Errorf("%s takes %d argument(s), got %d: usage: %s", cmd.Name(), n, len(args), strings.TrimSpace(cmd.UseLine()))}
+		}
+		return nil
+	}
+}

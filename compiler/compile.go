@@ -1,0 +1,337 @@
+// Package compiler turns spawn specs into renders.
+//
+// It owns the spec format (types, parsing with file:line:column errors,
+// validation), the engines (one file per engine, each with a declarative
+// flag table), effort clamps, and the rules for hooks, environment and
+// secrets. Compiling is pure: no containers, no network, no clock, no host
+// environment. The only file reads are the spec itself and its promptFile.
+//
+// compiler decides what should run; it never runs anything.
+package compiler
+
+import (
+	"errors"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"hookbox.dev/hookbox/render"
+)
+
+// Defaults applied when the spec leaves a limit out.
+const (
+	DefaultTimeoutMS     = 30 * 60 * 1000
+	DefaultFirstOutputMS = 5 * 60 * 1000
+	DefaultIdleMS        = 10 * 60 * 1000
+	DefaultMemoryBytes   = 4 << 30
+	DefaultPids          = 1024
+	DefaultTmpfsBytes    = 1 << 30
+	// ContainerUID and ContainerGID are the unprivileged user of the base image.
+	ContainerUID = 65532
+	ContainerGID = 65532
+)
+
+// standardPath is searched after the directories of declared tools.
+var standardPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// compilation is the state of compiling one spawn.
+type compilation struct {
+	p        *Parsed
+	spec     *SpawnSpec
+	def      *engineDef
+	r        *render.Render
+	programs map[string]*render.Program
+	pathDirs []string
+	diags    *diagnostics
+}
+
+// CompileFile reads, validates and compiles every spawn in a spec file.
+// All problems of the file are reported together.
+func CompileFile(file string) ([]*render.Render, error) {
+	parsed, err := ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return CompileAll(parsed)
+}
+
+// CompileAll compiles parsed spawns, collecting every problem.
+func CompileAll(parsed []*Parsed) ([]*render.Render, error) {
+	var renders []*render.Render
+	var all []Diagnostic
+	for _, p := range parsed {
+		r, err := Compile(p)
+		var specErr *SpecError
+		switch {
+		case errors.As(err, &specErr):
+			all = append(all, specErr.Diagnostics...)
+		case err != nil:
+			return nil, err
+		default:
+			renders = append(renders, r)
+		}
+	}
+	if len(all) > 0 {
+		return nil, &SpecError{Diagnostics: all}
+	}
+	return renders, nil
+}
+
+// Compile turns one parsed spawn into its render.
+func Compile(p *Parsed) (*render.Render, error) {
+	s := &p.Spawn.Spec
+	c := &compilation{
+		p:        p,
+		spec:     s,
+		def:      engines[s.Engine.Kind],
+		programs: map[string]*render.Program{},
+		diags:    &diagnostics{file: p.File},
+	}
+	if c.def == nil {
+		c.diags.add(p.at("spec.engine.kind"), p.prefix+"spec.engine.kind", "", "unknown engine kind %q", s.Engine.Kind)
+		return nil, c.diags.err()
+	}
+	c.r = &render.Render{
+		SchemaVersion: render.SchemaVersion,
+		Spawn:         p.Spawn.Metadata.Name,
+		Network:       "none",
+		Engine: render.Engine{
+			Kind:          s.Engine.Kind,
+			StreamsEarly:  c.def.streamsEarly,
+			SelfExecArgv0: c.def.selfExecArgv0,
+			Model:         s.Engine.Model,
+		},
+		Process: render.Process{
+			Cwd:   render.WorkspaceDir,
+			Stdin: "/dev/null",
+			UID:   ContainerUID,
+			GID:   ContainerGID,
+		},
+	}
+	c.collectPrograms()
+	c.limits()
+	c.mounts()
+	c.baseEnv()
+	if err := c.def.build(c); err != nil {
+		return nil, err
+	}
+	if err := c.diags.err(); err != nil {
+		return nil, err
+	}
+	c.hooks()
+	c.trace()
+	c.finish()
+	return c.r, nil
+}
+
+// addProgram records a program at its container path (= its host path: see
+// DESIGN "Runfiles"; programs appear where the host has them).
+func (c *compilation) addProgram(hostPath, role string) {
+	prog, ok := c.programs[hostPath]
+	if !ok {
+		prog = &render.Program{Path: hostPath, HostPath: hostPath}
+		c.programs[hostPath] = prog
+	}
+	if !slices.Contains(prog.Roles, role) {
+		prog.Roles = append(prog.Roles, role)
+		slices.Sort(prog.Roles)
+	}
+}
+
+func (c *compilation) collectPrograms() {
+	s := c.spec
+	c.addProgram(s.Engine.Path, render.RoleEngine)
+	for _, tool := range s.Tools {
+		c.addProgram(tool, render.RoleTool)
+	}
+	for _, h := range s.Hooks {
+		c.addProgram(h.Argv[0], render.RoleHook)
+	}
+	if style := c.def.hooks; style != nil && style.shell != "" && len(s.Hooks) > 0 {
+		c.addShell(style.shell)
+	}
+	// PATH: directories of declared tools first (in declaration order), then
+	// the standard directories.
+	var dirs []string
+	for _, tool := range s.Tools {
+		if d := path.Dir(tool); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	for _, d := range standardPath {
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	c.pathDirs = dirs
+}
+
+// addShell makes sure the shell an engine runs hooks with is a program: a
+// declared tool of that name if there is one, else /bin/<name>.
+func (c *compilation) addShell(name string) {
+	if path.IsAbs(name) {
+		c.addProgram(name, render.RoleShell)
+		return
+	}
+	for _, tool := range c.spec.Tools {
+		if path.Base(tool) == name {
+			c.addProgram(tool, render.RoleShell)
+			return
+		}
+	}
+	c.addProgram(path.Join("/bin", name), render.RoleShell)
+}
+
+func (c *compilation) limits() {
+	l := c.spec.Limits
+	out := render.Limits{
+		TimeoutMS:   DefaultTimeoutMS,
+		MemoryBytes: DefaultMemoryBytes,
+		Pids:        DefaultPids,
+		TmpfsBytes:  DefaultTmpfsBytes,
+	}
+	if l.Timeout.Set {
+		out.TimeoutMS = l.Timeout.Milliseconds()
+	}
+	if c.def.streamsEarly {
+		out.FirstOutputMS, out.IdleMS = DefaultFirstOutputMS, DefaultIdleMS
+		if l.FirstOutput.Set {
+			out.FirstOutputMS = l.FirstOutput.Milliseconds()
+		}
+		if l.Idle.Set {
+			out.IdleMS = l.Idle.Milliseconds()
+		}
+	}
+	if l.Memory.Set {
+		out.MemoryBytes = l.Memory.Value()
+	}
+	if l.Pids > 0 {
+		out.Pids = l.Pids
+	}
+	if l.CPUs.Set {
+		out.MilliCPUs = l.CPUs.MilliValue()
+	}
+	if l.Tmpfs.Set {
+		out.TmpfsBytes = l.Tmpfs.Value()
+	}
+	c.r.Limits = out
+}
+
+// grantPaths maps each addDir to its container path /grants/<basename>,
+// with -2, -3… appended to repeated basenames in declaration order.
+func (c *compilation) grantPaths() []string {
+	taken := map[string]bool{}
+	out := make([]string, len(c.spec.AddDirs))
+	for i, dir := range c.spec.AddDirs {
+		base := path.Base(dir)
+		if base == "/" || base == "." {
+			base = "root"
+		}
+		name := base
+		for n := 2; taken[name]; n++ {
+			name = base + "-" + strconv.Itoa(n)
+		}
+		taken[name] = true
+		out[i] = path.Join(render.GrantsDir, name)
+	}
+	return out
+}
+
+func (c *compilation) mounts() {
+	s := c.spec
+	ms := []render.Mount{{
+		Destination: render.WorkspaceDir, Kind: render.MountBind, Source: s.Workspace, ReadOnly: true,
+	}}
+	for i, dest := range c.grantPaths() {
+		ms = append(ms, render.Mount{Destination: dest, Kind: render.MountBind, Source: s.AddDirs[i], ReadOnly: true})
+	}
+	tmpfsOpts := []string{"nosuid", "nodev", "noexec", "mode=0700"}
+	ms = append(ms,
+		render.Mount{Destination: render.RunDir, Kind: render.MountTmpfs, Options: tmpfsOpts, SizeBytes: c.r.Limits.TmpfsBytes},
+		render.Mount{Destination: render.TmpDir, Kind: render.MountTmpfs, Options: []string{"nosuid", "nodev", "noexec", "mode=1777"}, SizeBytes: c.r.Limits.TmpfsBytes},
+	)
+	slices.SortFunc(ms, func(a, b render.Mount) int { return strings.Compare(a.Destination, b.Destination) })
+	c.r.Mounts = ms
+}
+
+// baseEnv builds the container environment (CONTRACTS §3): PATH and HOME
+// from hookbox, explicit values, and references for allow-listed host
+// variables and secrets. No host value is read here.
+func (c *compilation) baseEnv() {
+	s := c.spec
+	c.setEnv("PATH", render.EnvHookbox, strings.Join(c.pathDirs, ":"))
+	c.setEnv("HOME", render.EnvHookbox, render.HomeDir)
+	for _, name := range s.Env.Allow {
+		c.setEnv(name, render.EnvHost, "")
+	}
+	for name, value := range s.Env.Set {
+		c.setEnv(name, render.EnvSet, value)
+	}
+	for _, name := range s.Secrets {
+		c.setEnv(name, render.EnvSecret, "")
+	}
+}
+
+func (c *compilation) setEnv(name, source, value string) {
+	c.r.Process.Env = append(c.r.Process.Env, render.EnvVar{Name: name, Source: source, Value: value})
+}
+
+func (c *compilation) addFile(p string, mode uint32, content string) {
+	c.r.Files = append(c.r.Files, render.File{Path: p, Mode: mode, Content: content})
+}
+
+func (c *compilation) hooks() {
+	for i := range c.spec.Hooks {
+		h := &c.spec.Hooks[i]
+		chain, command := c.hookChain(h)
+		c.r.Hooks = append(c.r.Hooks, render.Hook{
+			Name:      h.Name,
+			Event:     h.Event,
+			Matcher:   h.Matcher,
+			Required:  h.Required,
+			TimeoutMS: h.Timeout.Milliseconds(),
+			Argv:      slices.Clone([]string(h.Argv)),
+			Command:   command,
+			Chain:     chain,
+		})
+	}
+}
+
+func (c *compilation) trace() {
+	t := c.spec.Trace
+	mode := t.Mode
+	if mode == "" {
+		mode = render.TraceVerify
+	}
+	allow := []string{}
+	if t.Allow != nil {
+		allow = append(allow, *t.Allow...)
+	} else {
+		allow = append(allow, c.spec.Tools...)
+	}
+	slices.Sort(allow)
+	c.r.Trace = render.TracePolicy{Mode: mode, Allow: slices.Compact(allow)}
+}
+
+// finish puts every list whose order carries no meaning into a canonical
+// order, so the digest changes only when something execution-relevant does.
+func (c *compilation) finish() {
+	for _, prog := range c.programs {
+		c.r.Programs = append(c.r.Programs, *prog)
+	}
+	slices.SortFunc(c.r.Programs, func(a, b render.Program) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(c.r.Process.Env, func(a, b render.EnvVar) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.r.Files, func(a, b render.File) int { return strings.Compare(a.Path, b.Path) })
+	c.r.Artifacts = slices.Clone(c.spec.Artifacts)
+	slices.Sort(c.r.Artifacts)
+	if len(c.r.Artifacts) == 0 {
+		c.r.Artifacts = nil
+	}
+	c.r.Engine.Exec = render.Exec{Path: c.spec.Engine.Path, Argv: slices.Clone(c.r.Process.Argv)}
+}
+
+// specErr reports an engine rule violation found while building.
+func (c *compilation) specErr(field, hint, format string, args ...any) {
+	c.diags.add(c.p.at(field), c.p.prefix+field, hint, format, args...)
+}

@@ -1,0 +1,225 @@
+package compiler
+
+import (
+	"bufio"
+	"bytes"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/canonjson"
+)
+
+// Codex CLI: `codex exec --json … -C /workspace -- PROMPT`. The workspace is
+// given with -C and the working directory is NOT set to it (the CLI would
+// resolve /workspace/workspace). CODEX_HOME lives in the tmpfs run dir (the
+// CLI refuses one under /tmp and writes into it); hooks.json and, when MCP
+// servers carry env or headers, a 0600 config.toml are seeded there. Codex
+// runs hooks as `/bin/bash -c "<command>"`, so hookbox generates the command
+// string with exact POSIX quoting.
+
+var codexHome = path.Join(render.RunDir, "codex")
+
+var codexEvents = []string{
+	"PermissionRequest", "PostCompact", "PostToolUse", "PreCompact", "PreToolUse",
+	"SessionStart", "Stop", "SubagentStart", "SubagentStop", "UserPromptSubmit",
+}
+
+var codexToolEvents = []string{"PermissionRequest", "PostToolUse", "PreToolUse"}
+
+var codexFlags = flagTable{
+	{kind: flagBool, name: "--json", value: always},
+	{kind: flagValue, name: "-m", value: model},
+	{kind: flagValue, name: "-c", value: func(c *compilation) any {
+		if c.r.Engine.Effort == "" {
+			return ""
+		}
+		return "model_reasoning_effort=" + tomlString(c.r.Engine.Effort)
+	}},
+	{kind: flagValue, name: "-C", value: constant(render.WorkspaceDir)},
+	{kind: flagRepeat, name: "-c", value: codexMCPOverrides},
+	{kind: flagBool, name: "--dangerously-bypass-hook-trust", value: func(c *compilation) any {
+		// hookbox generated and pinned these hooks in the render; Codex's
+		// interactive trust prompt cannot be answered in a headless run.
+		return len(c.spec.Hooks) > 0
+	}},
+}
+
+func init() {
+	registerEngine(&engineDef{
+		kind:         "codex",
+		streamsEarly: true,
+		prompt:       promptRequired,
+		hooks:        &hookStyle{events: codexEvents, toolEvents: codexToolEvents, shell: "/bin/bash"},
+		mcp:          true,
+		modelEffort:  true,
+		reservedEnv:  []string{"CODEX_HOME"},
+		build:        buildCodex,
+	})
+}
+
+func buildCodex(c *compilation) error {
+	if e := c.spec.Engine.Effort; e != "" {
+		clamped, changed := codexEffort(c.spec.Engine.Model, e)
+		c.r.Engine.RequestedEffort = e
+		c.r.Engine.Effort = clamped
+		if changed {
+			c.note("effort %s clamped to %s: the ceiling of model %s", e, clamped, c.spec.Engine.Model)
+		}
+	}
+	flags, err := codexFlags.argv(c)
+	if err != nil {
+		return err
+	}
+	argv := append([]string{c.spec.Engine.Path, "exec"}, flags...)
+	argv = append(argv, c.userArgs()...)
+	argv = append(argv, "--", c.p.Prompt)
+	c.r.Process.Argv = argv
+	c.r.Process.Cwd = render.HomeDir
+	c.setEnv("CODEX_HOME", render.EnvHookbox, codexHome)
+
+	if len(c.spec.Hooks) > 0 {
+		if err := c.addCodexHooks(); err != nil {
+			return err
+		}
+	}
+	if c.spec.MCPServers != nil {
+		if toml := codexCredentialsTOML(*c.spec.MCPServers); toml != "" {
+			c.addFile(path.Join(codexHome, "config.toml"), 0o600, toml)
+		}
+		if len(*c.spec.MCPServers) == 0 {
+			c.note("mcpServers is explicitly empty: no MCP server is configured, and the workspace's own servers are disabled by name")
+		}
+	}
+	return nil
+}
+
+// codexMCPOverrides are the -c overrides for an explicit MCP set. An empty
+// override merges rather than replaces, so exclusivity means disabling by
+// name every server the workspace's .codex/config.toml declares
+// (CODEX_HOME is hookbox's own, so it declares none of its own).
+func codexMCPOverrides(c *compilation) any {
+	servers := c.spec.MCPServers
+	if servers == nil {
+		return []string(nil)
+	}
+	var out []string
+	for _, name := range sortedKeys(*servers) {
+		s := (*servers)[name]
+		key := "mcp_servers." + name + "."
+		if len(s.Command) > 0 {
+			out = append(out, key+"command="+tomlString(s.Command[0]), key+"args="+tomlArray(s.Command[1:]))
+		} else {
+			out = append(out, key+"url="+tomlString(s.URL))
+		}
+	}
+	for _, name := range c.p.workspaceCodexServers {
+		if _, ours := (*servers)[name]; !ours {
+			out = append(out, "mcp_servers."+name+".enabled=false")
+		}
+	}
+	return out
+}
+
+// codexCredentialsTOML holds server env and headers, which never go on argv.
+func codexCredentialsTOML(servers map[string]MCPServer) string {
+	var b strings.Builder
+	for _, name := range sortedKeys(servers) {
+		s := servers[name]
+		for _, table := range []struct {
+			suffix string
+			values map[string]string
+		}{{"env", s.Env}, {"http_headers", s.Headers}} {
+			if len(table.values) == 0 {
+				continue
+			}
+			b.WriteString("[mcp_servers." + name + "." + table.suffix + "]\n")
+			for _, k := range sortedKeys(table.values) {
+				b.WriteString(tomlString(k) + " = " + tomlString(table.values[k]) + "\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+func (c *compilation) addCodexHooks() error {
+	type handler struct {
+		Type    string `json:"type"`
+		Command string `json:"command"`
+		Timeout int64  `json:"timeout,omitempty"`
+	}
+	type group struct {
+		Matcher string    `json:"matcher,omitempty"`
+		Hooks   []handler `json:"hooks"`
+	}
+	events := map[string][]group{}
+	for i := range c.spec.Hooks {
+		h := &c.spec.Hooks[i]
+		_, command := c.hookChain(h)
+		events[h.Event] = append(events[h.Event], group{
+			Matcher: h.Matcher,
+			Hooks:   []handler{{Type: "command", Command: command, Timeout: int64(h.Timeout.Seconds())}},
+		})
+	}
+	data, err := canonjson.Marshal(map[string]any{"hooks": events})
+	if err != nil {
+		return err
+	}
+	c.addFile(path.Join(codexHome, "hooks.json"), 0o644, string(data))
+	return nil
+}
+
+// tomlString writes s as a TOML basic string.
+func tomlString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r < 0x20 || r == 0x7f:
+			b.WriteString(`\u` + strconv.FormatInt(int64(r)+0x10000, 16)[1:])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func tomlArray(items []string) string {
+	quoted := make([]string, len(items))
+	for i, s := range items {
+		quoted[i] = tomlString(s)
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
+
+var codexServerTable = regexp.MustCompile(`^\s*\[\s*mcp_servers\.("?)([A-Za-z0-9_-]+)("?)\s*[\].]`)
+
+// codexWorkspaceServers lists the MCP server names a workspace's
+// .codex/config.toml declares, from its table headers.
+func codexWorkspaceServers(data []byte) []string {
+	var names []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if m := codexServerTable.FindStringSubmatch(sc.Text()); m != nil && m[1] == m[3] {
+			if !slices.Contains(names, m[2]) {
+				names = append(names, m[2])
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}

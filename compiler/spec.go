@@ -1,0 +1,136 @@
+package compiler
+
+// The spawn spec as users write it (YAML or JSON). Field names here are the
+// spec's field names (json tags); `doc` tags feed `hookbox schema`, and
+// `enum` tags list the accepted values of closed vocabularies.
+//
+// Pointer fields distinguish "absent" from "explicitly empty" where the two
+// mean different things (mcpServers, trace.allow).
+
+const (
+	APIVersion    = "hookbox.dev/v1alpha1"
+	KindSpawn     = "Spawn"
+	KindSpawnList = "SpawnList"
+)
+
+// Spawn is one `kind: Spawn` document.
+type Spawn struct {
+	APIVersion string    `json:"apiVersion" doc:"Always hookbox.dev/v1alpha1." enum:"hookbox.dev/v1alpha1"`
+	Kind       string    `json:"kind" doc:"Spawn for one spawn; SpawnList holds several under items." enum:"Spawn"`
+	Metadata   Metadata  `json:"metadata"`
+	Spec       SpawnSpec `json:"spec"`
+}
+
+// SpawnList is a `kind: SpawnList` document.
+type SpawnList struct {
+	APIVersion string      `json:"apiVersion" enum:"hookbox.dev/v1alpha1"`
+	Kind       string      `json:"kind" enum:"SpawnList"`
+	Items      []SpawnItem `json:"items" doc:"The spawns; names must be unique within the list."`
+}
+
+// SpawnItem is one entry of a SpawnList. apiVersion and kind may be repeated
+// for readability but must then say hookbox.dev/v1alpha1 and Spawn.
+type SpawnItem struct {
+	APIVersion string    `json:"apiVersion,omitempty" enum:"hookbox.dev/v1alpha1"`
+	Kind       string    `json:"kind,omitempty" enum:"Spawn"`
+	Metadata   Metadata  `json:"metadata"`
+	Spec       SpawnSpec `json:"spec"`
+}
+
+type Metadata struct {
+	Name   string            `json:"name" doc:"DNS-1123 label (lowercase letters, digits, '-'; at most 63 characters). Names the container and the Kubernetes Job."`
+	Labels map[string]string `json:"labels,omitempty" doc:"Free-form labels copied into the render."`
+}
+
+type SpawnSpec struct {
+	Engine     Engine                `json:"engine"`
+	Prompt     *string               `json:"prompt,omitempty" doc:"The task given to the engine. Exactly one of prompt and promptFile."`
+	PromptFile string                `json:"promptFile,omitempty" doc:"A file whose content is the prompt; relative to the spec file."`
+	Workspace  string                `json:"workspace" doc:"Host directory mounted read-only at /workspace; relative to the spec file."`
+	AddDirs    []string              `json:"addDirs,omitempty" doc:"Extra host directories granted read-only, mounted at /grants/<basename>."`
+	MCPServers *map[string]MCPServer `json:"mcpServers,omitempty" doc:"MCP servers. Absent: the engine discovers its own. {} (explicitly empty): the engine gets no server at all."`
+	Hooks      []Hook                `json:"hooks,omitempty"`
+	Tools      []string              `json:"tools,omitempty" doc:"Host programs the engine and hooks may run (e.g. /bin/sh, /usr/bin/git). They become read-only runfiles at the same path."`
+	Env        Env                   `json:"env,omitempty"`
+	Secrets    []string              `json:"secrets,omitempty" doc:"Names of secret environment variables. Values are resolved at launch from the host environment or the lookup command of the user's global config; they never appear in the render."`
+	Limits     Limits                `json:"limits,omitempty"`
+	Network    string                `json:"network,omitempty" doc:"Network access. Only none (loopback only) is supported." enum:"none"`
+	Artifacts  []string              `json:"artifacts,omitempty" doc:"Declared outputs, relative to the run dir /run/hookbox. A bare filename matches at the root first, then in an immediate subdirectory; a name ending in / is a directory and matches exactly."`
+	Trace      Trace                 `json:"trace,omitempty"`
+}
+
+type Engine struct {
+	Kind   string       `json:"kind" doc:"Which program this spawn runs." enum:"claude,codex,gemini,pi,exec,scripted"`
+	Path   string       `json:"path" doc:"Host path of the engine's entry binary; relative to the spec file."`
+	Model  string       `json:"model,omitempty"`
+	Effort string       `json:"effort,omitempty" doc:"Reasoning effort, case-insensitive: none, minimal, low, medium, high, xhigh, max or ultra; clamped per engine and model."`
+	Args   []string     `json:"args,omitempty" doc:"Extra arguments appended after the generated flags (claude, codex, gemini, pi) or the whole argv after the binary (exec)."`
+	Script []ScriptStep `json:"script,omitempty" doc:"Steps of the scripted engine (kind scripted only)."`
+}
+
+// MCPServer is a stdio server (command) or a remote one (url). env and
+// headers may carry credentials, so they never go on an argv.
+type MCPServer struct {
+	Command []string          `json:"command,omitempty" doc:"argv of a stdio server."`
+	URL     string            `json:"url,omitempty" doc:"URL of a streamable-HTTP server."`
+	Env     map[string]string `json:"env,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+type Hook struct {
+	Name     string   `json:"name" doc:"Unique within the spawn; lowercase letters, digits and '-'."`
+	Event    string   `json:"event" doc:"Engine event that runs the hook, e.g. PreToolUse, PostToolUse, Stop, SessionStart."`
+	Matcher  string   `json:"matcher,omitempty" doc:"Tool-name matcher for tool events (PreToolUse, PostToolUse)."`
+	Argv     Command  `json:"argv" doc:"The hook program and its arguments. A list; a string is accepted only when it splits as POSIX words without shell features."`
+	Required bool     `json:"required,omitempty" doc:"Verification expects this hook to run."`
+	Timeout  Duration `json:"timeout,omitempty" doc:"Timeout the engine applies to the hook, e.g. 30s."`
+}
+
+type Env struct {
+	Allow []string          `json:"allow,omitempty" doc:"Host variable names copied into the container at launch (values are never stored in the render)."`
+	Set   map[string]string `json:"set,omitempty" doc:"Variables with explicit values. Not for secrets: use secrets."`
+}
+
+type Limits struct {
+	Timeout     Duration `json:"timeout,omitempty" doc:"Overall wall-clock limit. Default 30m."`
+	FirstOutput Duration `json:"firstOutput,omitempty" doc:"Limit until the first output, for engines that stream early (claude, codex). Default 5m."`
+	Idle        Duration `json:"idle,omitempty" doc:"Limit between output chunks, for engines that stream early. Default 10m."`
+	Memory      Quantity `json:"memory,omitempty" doc:"Memory limit, e.g. 4Gi. Default 4Gi."`
+	Pids        int64    `json:"pids,omitempty" doc:"Maximum number of processes. Default 1024."`
+	CPUs        Quantity `json:"cpus,omitempty" doc:"CPU limit, e.g. 2 or 500m. Default: no limit."`
+	Tmpfs       Quantity `json:"tmpfs,omitempty" doc:"Size of the writable run dir /run/hookbox. Default 1Gi."`
+}
+
+type Trace struct {
+	Mode  string    `json:"mode,omitempty" doc:"off: no tracer; observe: record execs; verify: record and judge (default); enforce: the kernel kills execs outside the allowed set." enum:"off,observe,verify,enforce"`
+	Allow *[]string `json:"allow,omitempty" doc:"Programs (from tools) the engine may exec. Absent: every declared tool. []: none."`
+}
+
+// ScriptStep is one step of the scripted engine. Exactly one field is set.
+type ScriptStep struct {
+	Print     any            `json:"print,omitempty" doc:"Print one line on stdout: a string as is, anything else as one line of JSON."`
+	Stderr    string         `json:"stderr,omitempty" doc:"Print one line on stderr."`
+	Sleep     Duration       `json:"sleep,omitempty"`
+	Write     *WriteStep     `json:"write,omitempty" doc:"Write a file under /run/hookbox."`
+	Hook      string         `json:"hook,omitempty" doc:"Run the named hook the way Claude Code does (direct exec)."`
+	Daemonize *DaemonizeStep `json:"daemonize,omitempty" doc:"Start a child that daemonizes (setsid, double fork) and ignores SIGTERM."`
+	Allocate  Quantity       `json:"allocate,omitempty" doc:"Allocate and touch this much memory."`
+	Fork      *ForkStep      `json:"fork,omitempty" doc:"Fork children that sleep."`
+	EnvHash   string         `json:"envHash,omitempty" doc:"Print the sha256 of this environment variable's value (never the value)."`
+	Exec      Command        `json:"exec,omitempty" doc:"Run a program (a declared tool) and wait for it."`
+	Exit      *int           `json:"exit,omitempty" doc:"Exit now with this code."`
+}
+
+type WriteStep struct {
+	Path    string `json:"path" doc:"Absolute path under /run/hookbox."`
+	Content string `json:"content"`
+}
+
+type DaemonizeStep struct {
+	Marker string `json:"marker" doc:"A string the daemon keeps in its argv so tests can find it."`
+}
+
+type ForkStep struct {
+	Count int      `json:"count"`
+	Sleep Duration `json:"sleep,omitempty"`
+}

@@ -1,0 +1,450 @@
+package compiler
+
+import (
+	"fmt"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/secrets"
+)
+
+var (
+	dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	hookName     = dns1123Label
+	mcpName      = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+)
+
+// reservedEnv are set by hookbox for every container.
+var reservedEnv = []string{"PATH", "HOME"}
+
+// efforts is the effort vocabulary in increasing order (CONTRACTS §6).
+var efforts = []string{"none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"}
+
+// errf reports a problem at a field path of this spawn.
+func (p *Parsed) errf(diags *diagnostics, field, hint, format string, args ...any) {
+	diags.add(p.at(field), p.prefix+field, hint, format, args...)
+}
+
+func (p *Parsed) has(field string) bool {
+	_, ok := p.pos[p.prefix+field]
+	return ok
+}
+
+// hostPath resolves a spec path against the spec file's directory.
+func (p *Parsed) hostPath(name string) string {
+	if filepath.IsAbs(name) {
+		return filepath.Clean(name)
+	}
+	return filepath.Join(p.Dir, name)
+}
+
+// validate checks everything that can be checked without the engine's
+// argv builder, normalizes effort, resolves relative paths and loads the
+// prompt file. Every problem goes to diags.
+func (p *Parsed) validate(diags *diagnostics, readFile func(string) ([]byte, error)) {
+	s := &p.Spawn.Spec
+
+	switch name := p.Spawn.Metadata.Name; {
+	case name == "":
+		p.errf(diags, "metadata.name", "add metadata: {name: my-spawn}", "metadata.name is required")
+	case len(name) > 63 || !dns1123Label.MatchString(name):
+		p.errf(diags, "metadata.name", "use lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters", "%q is not a DNS-1123 label", name)
+	}
+
+	def, known := engines[s.Engine.Kind]
+	switch {
+	case s.Engine.Kind == "":
+		p.errf(diags, "spec.engine.kind", "one of: "+strings.Join(engineKinds(), ", "), "spec.engine.kind is required")
+	case !known:
+		p.errf(diags, "spec.engine.kind", "one of: "+strings.Join(engineKinds(), ", "), "unknown engine kind %q", s.Engine.Kind)
+	}
+	if s.Engine.Path == "" {
+		p.errf(diags, "spec.engine.path", "give the host path of the engine binary, e.g. /usr/local/bin/claude", "spec.engine.path is required")
+	} else {
+		s.Engine.Path = p.hostPath(s.Engine.Path)
+	}
+	if s.Engine.Effort != "" {
+		s.Engine.Effort = strings.ToLower(strings.TrimSpace(s.Engine.Effort))
+		if !slices.Contains(efforts, s.Engine.Effort) {
+			p.errf(diags, "spec.engine.effort", "one of: "+strings.Join(efforts, ", "), "unknown effort %q", s.Engine.Effort)
+		}
+	}
+
+	p.validatePrompt(diags, readFile)
+
+	if s.Workspace == "" {
+		p.errf(diags, "spec.workspace", "give the host directory the engine works on (mounted read-only at /workspace), e.g. workspace: .", "spec.workspace is required")
+	} else {
+		s.Workspace = p.hostPath(s.Workspace)
+	}
+	seenDirs := map[string]bool{}
+	for i, dir := range s.AddDirs {
+		field := fmt.Sprintf("spec.addDirs[%d]", i)
+		if dir == "" {
+			p.errf(diags, field, "remove the entry or give a directory", "empty directory")
+			continue
+		}
+		s.AddDirs[i] = p.hostPath(dir)
+		if seenDirs[s.AddDirs[i]] {
+			p.errf(diags, field, "remove the duplicate", "%s is granted twice", s.AddDirs[i])
+		}
+		seenDirs[s.AddDirs[i]] = true
+	}
+
+	p.validateMCP(diags)
+	if s.Engine.Kind == "codex" && s.MCPServers != nil && s.Workspace != "" {
+		// A missing file simply declares no servers.
+		if data, err := readFile(filepath.Join(s.Workspace, ".codex", "config.toml")); err == nil {
+			p.workspaceCodexServers = codexWorkspaceServers(data)
+		}
+	}
+	p.validateTools(diags)
+	p.validateHooks(diags)
+	p.validateEnv(diags)
+	p.validateLimits(diags, def)
+
+	switch s.Network {
+	case "", "none":
+	default:
+		p.errf(diags, "spec.network", "write network: none (the only supported value: loopback only)", "network %q is not supported", s.Network)
+	}
+
+	seenArtifacts := map[string]bool{}
+	for i, a := range s.Artifacts {
+		field := fmt.Sprintf("spec.artifacts[%d]", i)
+		clean := path.Clean(a)
+		if strings.HasSuffix(a, "/") && clean != "/" {
+			clean += "/"
+		}
+		switch {
+		case a == "":
+			p.errf(diags, field, "remove the entry or name a file", "empty artifact name")
+		case path.IsAbs(a), a == "..", strings.HasPrefix(a, "../"), strings.Contains(a, "/../"), strings.HasSuffix(a, "/.."):
+			p.errf(diags, field, "name a path relative to the run dir /run/hookbox, e.g. out/review.md", "artifact %q leaves the run dir", a)
+		case seenArtifacts[clean]:
+			p.errf(diags, field, "remove the duplicate", "artifact %q is declared twice", a)
+		default:
+			s.Artifacts[i] = clean
+		}
+		seenArtifacts[clean] = true
+	}
+
+	switch s.Trace.Mode {
+	case "", render.TraceOff, render.TraceObserve, render.TraceVerify, render.TraceEnforce:
+	default:
+		p.errf(diags, "spec.trace.mode", "one of: off, observe, verify, enforce", "unknown trace mode %q", s.Trace.Mode)
+	}
+	if s.Trace.Allow != nil {
+		tools := map[string]bool{}
+		for _, t := range s.Tools {
+			tools[t] = true
+		}
+		for i, prog := range *s.Trace.Allow {
+			field := fmt.Sprintf("spec.trace.allow[%d]", i)
+			resolved := p.hostPath(prog)
+			if !tools[resolved] {
+				p.errf(diags, field, "add it to spec.tools too: only declared tools exist in the container", "%s is not a declared tool", prog)
+			}
+			(*s.Trace.Allow)[i] = resolved
+		}
+	}
+
+	if known {
+		p.validateScript(diags, def)
+		checkEngineRules(p, diags, def)
+		def.check(p, diags)
+	}
+}
+
+func (p *Parsed) validatePrompt(diags *diagnostics, readFile func(string) ([]byte, error)) {
+	s := &p.Spawn.Spec
+	switch {
+	case s.Prompt != nil && s.PromptFile != "":
+		p.errf(diags, "spec.promptFile", "keep either prompt or promptFile", "prompt and promptFile are both set")
+	case s.Prompt != nil:
+		p.Prompt, p.HasPrompt = *s.Prompt, true
+	case s.PromptFile != "":
+		s.PromptFile = p.hostPath(s.PromptFile)
+		data, err := readFile(s.PromptFile)
+		if err != nil {
+			p.errf(diags, "spec.promptFile", "check the path; it is relative to the spec file", "cannot read prompt file: %v", err)
+			return
+		}
+		p.Prompt, p.HasPrompt = string(data), true
+	}
+}
+
+func (p *Parsed) validateMCP(diags *diagnostics) {
+	s := &p.Spawn.Spec
+	if s.MCPServers == nil {
+		return
+	}
+	for _, name := range sortedKeys(*s.MCPServers) {
+		server := (*s.MCPServers)[name]
+		field := "spec.mcpServers." + name
+		if !mcpName.MatchString(name) {
+			p.errf(diags, field, "use letters, digits, '_' and '-'", "MCP server name %q is not usable in a config key", name)
+		}
+		switch {
+		case len(server.Command) == 0 && server.URL == "":
+			p.errf(diags, field, "give command (an argv list) for a stdio server or url for a remote one", "MCP server %q has neither command nor url", name)
+		case len(server.Command) > 0 && server.URL != "":
+			p.errf(diags, field, "keep one of command and url", "MCP server %q has both command and url", name)
+		}
+		if len(server.Headers) > 0 && server.URL == "" {
+			p.errf(diags, field+".headers", "headers apply to url servers only", "MCP server %q has headers but no url", name)
+		}
+		for _, key := range sortedKeys(server.Env) {
+			if !secrets.ValidName(key) {
+				p.errf(diags, field+".env."+key, "use letters, digits and '_', not starting with a digit", "%q is not an environment variable name", key)
+			}
+		}
+	}
+}
+
+// isProgramPath reports whether a program reference names a file rather
+// than a bare command name to search for on PATH.
+func isProgramPath(name string) bool { return strings.Contains(name, "/") }
+
+const programPathHint = "give an absolute path such as /usr/bin/NAME or a path relative to the spec file (./hooks/NAME); hookbox does not search PATH"
+
+func (p *Parsed) validateTools(diags *diagnostics) {
+	s := &p.Spawn.Spec
+	seen := map[string]bool{}
+	for i, tool := range s.Tools {
+		field := fmt.Sprintf("spec.tools[%d]", i)
+		if !isProgramPath(tool) {
+			p.errf(diags, field, strings.ReplaceAll(programPathHint, "NAME", tool), "tool %q is not a path", tool)
+			continue
+		}
+		s.Tools[i] = p.hostPath(tool)
+		if seen[s.Tools[i]] {
+			p.errf(diags, field, "remove the duplicate", "tool %s is declared twice", s.Tools[i])
+		}
+		seen[s.Tools[i]] = true
+	}
+}
+
+func (p *Parsed) validateHooks(diags *diagnostics) {
+	s := &p.Spawn.Spec
+	def := engines[s.Engine.Kind]
+	if len(s.Hooks) > 0 && def != nil && def.hooks == nil {
+		p.errf(diags, "spec.hooks", def.noHooks, "engine %s does not run hooks", s.Engine.Kind)
+		return
+	}
+	names := map[string]bool{}
+	for i := range s.Hooks {
+		h := &s.Hooks[i]
+		field := fmt.Sprintf("spec.hooks[%d]", i)
+		switch {
+		case h.Name == "":
+			p.errf(diags, field+".name", "name every hook, e.g. name: lint", "hook name is required")
+		case len(h.Name) > 63 || !hookName.MatchString(h.Name):
+			p.errf(diags, field+".name", "use lowercase letters, digits and '-'", "hook name %q is not a DNS-1123 label", h.Name)
+		case names[h.Name]:
+			p.errf(diags, field+".name", "give each hook its own name", "hook name %q is used twice", h.Name)
+		}
+		names[h.Name] = true
+		if h.Event == "" {
+			p.errf(diags, field+".event", "name the engine event that runs the hook, e.g. PreToolUse", "hook event is required")
+		} else if def != nil && def.hooks != nil && !slices.Contains(def.hooks.events, h.Event) {
+			p.errf(diags, field+".event", "one of: "+strings.Join(def.hooks.events, ", "), "engine %s has no hook event %q", s.Engine.Kind, h.Event)
+		}
+		if h.Matcher != "" && def != nil && def.hooks != nil && !slices.Contains(def.hooks.toolEvents, h.Event) {
+			p.errf(diags, field+".matcher", "matchers apply to tool events only ("+strings.Join(def.hooks.toolEvents, ", ")+"); remove it", "event %s takes no matcher", h.Event)
+		}
+		if !p.has(field + ".argv") {
+			p.errf(diags, field+".argv", "give the program and its arguments as a list, e.g. argv: [/usr/bin/true]", "hook argv is required")
+			continue
+		}
+		if len(h.Argv) == 0 {
+			if p.Spawn.Spec.Hooks[i].Argv != nil || p.has(field+".argv") {
+				p.errf(diags, field+".argv", "give at least the program, e.g. argv: [/usr/bin/true]", "hook argv is empty")
+			}
+			continue
+		}
+		if !isProgramPath(h.Argv[0]) {
+			p.errf(diags, field+".argv[0]", strings.ReplaceAll(programPathHint, "NAME", h.Argv[0]), "hook program %q is not a path", h.Argv[0])
+			continue
+		}
+		h.Argv[0] = p.hostPath(h.Argv[0])
+		for j, arg := range h.Argv[1:] {
+			if slot, ok := slotName(arg); ok {
+				if !slices.Contains(hookSlots, slot) {
+					p.errf(diags, fmt.Sprintf("%s.argv[%d]", field, j+1), "known slots: {"+strings.Join(hookSlots, "}, {")+"}", "unknown slot {%s}", slot)
+				}
+			} else if strings.Contains(arg, "{run_id}") || strings.Contains(arg, "{run_dir}") {
+				p.errf(diags, fmt.Sprintf("%s.argv[%d]", field, j+1), "a slot must be a whole argument: split it into its own argv element", "slot embedded in a longer argument")
+			}
+		}
+	}
+}
+
+// hookSlots are placeholders a hook argument may be, filled at launch.
+var hookSlots = []string{"run_id", "run_dir"}
+
+func slotName(arg string) (string, bool) {
+	if len(arg) > 2 && arg[0] == '{' && arg[len(arg)-1] == '}' && !strings.ContainsAny(arg[1:len(arg)-1], "{} ") {
+		return arg[1 : len(arg)-1], true
+	}
+	return "", false
+}
+
+func (p *Parsed) validateEnv(diags *diagnostics) {
+	s := &p.Spawn.Spec
+	def := engines[s.Engine.Kind]
+	owner := map[string]string{}
+	claim := func(name, field string) {
+		if slices.Contains(reservedEnv, name) {
+			p.errf(diags, field, "hookbox sets PATH and HOME for the container; remove it", "%s is reserved", name)
+			return
+		}
+		if def != nil && slices.Contains(def.reservedEnv, name) {
+			p.errf(diags, field, "hookbox sets it for this engine; remove it", "%s is reserved for engine %s", name, s.Engine.Kind)
+			return
+		}
+		if first, dup := owner[name]; dup {
+			p.errf(diags, field, "name each variable once, in one of env.allow, env.set and secrets", "%s is already declared at %s", name, first)
+			return
+		}
+		owner[name] = p.prefix + field
+	}
+	for i, name := range s.Env.Allow {
+		field := fmt.Sprintf("spec.env.allow[%d]", i)
+		if !secrets.ValidName(name) {
+			p.errf(diags, field, "use letters, digits and '_', not starting with a digit", "%q is not an environment variable name", name)
+			continue
+		}
+		claim(name, field)
+	}
+	for _, name := range sortedKeys(s.Env.Set) {
+		field := "spec.env.set." + name
+		if !secrets.ValidName(name) {
+			p.errf(diags, field, "use letters, digits and '_', not starting with a digit", "%q is not an environment variable name", name)
+			continue
+		}
+		claim(name, field)
+	}
+	if len(s.Secrets) > 0 {
+		if err := secrets.CheckNames(s.Secrets); err != nil {
+			// Refusal is total (CONTRACTS §3): the whole block is rejected.
+			p.errf(diags, "spec.secrets", "every secret must be a valid, unique environment variable name", "secrets refused: %v", err)
+			return
+		}
+		for i, name := range s.Secrets {
+			claim(name, fmt.Sprintf("spec.secrets[%d]", i))
+		}
+	}
+}
+
+func (p *Parsed) validateLimits(diags *diagnostics, def *engineDef) {
+	l := &p.Spawn.Spec.Limits
+	if def != nil && !def.streamsEarly {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"firstOutput", l.FirstOutput.Set}, {"idle", l.Idle.Set}} {
+			if f.set {
+				p.errf(diags, "spec.limits."+f.name, "remove it: only limits.timeout applies to this engine",
+					"engine %s prints only when it finishes, so a slow healthy run looks like a dead one; %s watchdogs do not apply", p.Spawn.Spec.Engine.Kind, f.name)
+			}
+		}
+	}
+	if p.has("spec.limits.pids") && l.Pids <= 0 {
+		p.errf(diags, "spec.limits.pids", "give a positive number, or omit it for the default 1024", "pids must be positive")
+	}
+	if l.Memory.Set && l.Memory.Value() < 16<<20 {
+		p.errf(diags, "spec.limits.memory", "give at least 16Mi", "memory limit %s is too small", l.Memory.String())
+	}
+	if l.Tmpfs.Set && l.Tmpfs.Value() < 1<<20 {
+		p.errf(diags, "spec.limits.tmpfs", "give at least 1Mi", "tmpfs size %s is too small", l.Tmpfs.String())
+	}
+	if l.CPUs.Set && l.CPUs.MilliValue() < 10 {
+		p.errf(diags, "spec.limits.cpus", "give at least 10m", "cpu limit %s is too small", l.CPUs.String())
+	}
+}
+
+func (p *Parsed) validateScript(diags *diagnostics, def *engineDef) {
+	s := &p.Spawn.Spec
+	if s.Engine.Kind != "scripted" {
+		if len(s.Engine.Script) > 0 || p.has("spec.engine.script") {
+			p.errf(diags, "spec.engine.script", "remove it, or use engine kind scripted", "only the scripted engine takes a script")
+		}
+		return
+	}
+	if len(s.Engine.Script) == 0 {
+		p.errf(diags, "spec.engine.script", "add steps, e.g. script: [{print: hello}, {exit: 0}]", "the scripted engine needs a script")
+	}
+	hooks := map[string]bool{}
+	for _, h := range s.Hooks {
+		hooks[h.Name] = true
+	}
+	tools := map[string]bool{}
+	for _, t := range s.Tools {
+		tools[t] = true
+	}
+	envNames := map[string]bool{}
+	for _, n := range s.Env.Allow {
+		envNames[n] = true
+	}
+	for n := range s.Env.Set {
+		envNames[n] = true
+	}
+	for _, n := range s.Secrets {
+		envNames[n] = true
+	}
+	for i, step := range s.Engine.Script {
+		field := fmt.Sprintf("spec.engine.script[%d]", i)
+		if n := step.fieldsSet(); n != 1 {
+			p.errf(diags, field, "give exactly one of: print, stderr, sleep, write, hook, daemonize, allocate, fork, envHash, exec, exit", "a script step sets %d actions", n)
+			continue
+		}
+		switch {
+		case step.Write != nil:
+			if !strings.HasPrefix(path.Clean(step.Write.Path)+"/", render.RunDir+"/") || path.Clean(step.Write.Path) == render.RunDir {
+				p.errf(diags, field+".write.path", "write under /run/hookbox, e.g. /run/hookbox/out/result.txt", "%q is outside the writable run dir", step.Write.Path)
+			}
+		case step.Hook != "":
+			if !hooks[step.Hook] {
+				p.errf(diags, field+".hook", "declare the hook under spec.hooks", "no hook named %q", step.Hook)
+			}
+		case len(step.Exec) > 0:
+			if !tools[p.hostPath(step.Exec[0])] {
+				p.errf(diags, field+".exec[0]", "add it to spec.tools: only declared programs exist in the container", "%s is not a declared tool", step.Exec[0])
+			}
+		case step.EnvHash != "":
+			if !envNames[step.EnvHash] {
+				p.errf(diags, field+".envHash", "declare it in env.allow, env.set or secrets", "%s is not in the container environment", step.EnvHash)
+			}
+		case step.Fork != nil:
+			if step.Fork.Count <= 0 {
+				p.errf(diags, field+".fork.count", "give a positive count", "fork count must be positive")
+			}
+		}
+	}
+}
+
+// fieldsSet counts the actions a script step sets.
+func (s ScriptStep) fieldsSet() int {
+	n := 0
+	for _, set := range []bool{s.Print != nil, s.Stderr != "", s.Sleep.Set, s.Write != nil, s.Hook != "",
+		s.Daemonize != nil, s.Allocate.Set, s.Fork != nil, s.EnvHash != "", len(s.Exec) > 0, s.Exit != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

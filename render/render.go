@@ -1,0 +1,196 @@
+// Package render owns the Render: the canonical, deterministic plan of one
+// spawn that every later stage consumes (containers, tracer, Kubernetes).
+//
+// A Render holds no secret values and no host state beyond the host paths the
+// spec declared: secrets and allow-listed host variables are references that
+// the launcher resolves at launch. Its canonical JSON (sorted keys, no
+// insignificant whitespace) is hashed with sha256 to name it, so the same
+// spec gives the same digest on any machine.
+//
+// render judges; it never runs anything.
+package render
+
+import (
+	"hookbox.dev/hookbox/render/canonjson"
+)
+
+// SchemaVersion is the version of the Render's JSON shape. Within a version,
+// fields never change name, type or meaning; new optional fields may appear.
+const SchemaVersion = 1
+
+// Fixed container paths every backend uses.
+const (
+	WorkspaceDir = "/workspace"   // the run directory, read-only
+	RunDir       = "/run/hookbox" // the tmpfs run dir, the only writable place
+	HomeDir      = "/run/hookbox/home"
+	OutDir       = "/run/hookbox/out" // where artifacts are expected
+	ConfigDir    = "/hookbox/etc"     // generated files, read-only
+	GrantsDir    = "/grants"          // addDirs, read-only
+	TmpDir       = "/tmp"
+)
+
+// Render is the plan of one spawn.
+type Render struct {
+	SchemaVersion int               `json:"schema_version"`
+	Spawn         string            `json:"spawn"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	Engine        Engine            `json:"engine"`
+	Process       Process           `json:"process"`
+	Programs      []Program         `json:"programs"`
+	Files         []File            `json:"files,omitempty"`
+	Hooks         []Hook            `json:"hooks,omitempty"`
+	Mounts        []Mount           `json:"mounts"`
+	Limits        Limits            `json:"limits"`
+	Network       string            `json:"network"`
+	Trace         TracePolicy       `json:"trace"`
+	Artifacts     []string          `json:"artifacts,omitempty"`
+	Notes         []string          `json:"notes,omitempty"`
+}
+
+// Engine describes the engine program and how the launcher treats it.
+type Engine struct {
+	Kind string `json:"kind"`
+	// Exec is the first exec expected in the container: path and exact argv.
+	Exec Exec `json:"exec"`
+	// SelfExecArgv0 lists argv[0] values under which the engine may re-exec
+	// its own binary (Claude Code runs itself as "rg").
+	SelfExecArgv0 []string `json:"self_exec_argv0,omitempty"`
+	Model         string   `json:"model,omitempty"`
+	// Effort is the effort after clamping; RequestedEffort what the spec said.
+	Effort          string `json:"effort,omitempty"`
+	RequestedEffort string `json:"requested_effort,omitempty"`
+	// StreamsEarly: the engine prints its first output shortly after start, so
+	// first-output and idle watchdogs apply (claude, codex).
+	StreamsEarly bool `json:"streams_early"`
+}
+
+// Exec is one expected execve: the path the tracer sees and the argv.
+type Exec struct {
+	Path string   `json:"path"`
+	Argv []string `json:"argv"`
+	// Slots are argv indices filled at launch (payloads, run ids); each
+	// matches any single argv element.
+	Slots []int `json:"slots,omitempty"`
+}
+
+// Process is the container's init process.
+type Process struct {
+	Argv  []string `json:"argv"`
+	Cwd   string   `json:"cwd"`
+	Env   []EnvVar `json:"env"`
+	Stdin string   `json:"stdin"` // "/dev/null": no engine reads a terminal
+	UID   int      `json:"uid"`
+	GID   int      `json:"gid"`
+}
+
+// Environment variable sources.
+const (
+	EnvHookbox = "hookbox" // set by hookbox (PATH, HOME, engine homes)
+	EnvSet     = "set"     // explicit value from the spec
+	EnvHost    = "host"    // copied from the host environment at launch
+	EnvSecret  = "secret"  // resolved at launch; the value is never stored
+)
+
+// EnvVar is one variable of the container environment. Value is present only
+// for sources hookbox and set.
+type EnvVar struct {
+	Name   string `json:"name"`
+	Source string `json:"source"`
+	Value  string `json:"value,omitempty"`
+}
+
+// Program roles.
+const (
+	RoleEngine = "engine"
+	RoleHook   = "hook"
+	RoleTool   = "tool"
+	RoleShell  = "shell" // a shell an engine insists on for hooks
+)
+
+// Program is a host program that may run in the container. It appears in
+// the container at Path (the runfiles stage mounts it there).
+type Program struct {
+	Path     string   `json:"path"`
+	HostPath string   `json:"host_path"`
+	Roles    []string `json:"roles"`
+}
+
+// File is a file hookbox generates for the run (engine settings, hook
+// config, scripts). Files under ConfigDir are mounted read-only; files under
+// RunDir are seeded into the tmpfs before start because the engine insists
+// on writing next to them.
+type File struct {
+	Path    string `json:"path"`
+	Mode    uint32 `json:"mode"`
+	Content string `json:"content"`
+}
+
+// Hook is one hook and the exec chain it is expected to produce.
+type Hook struct {
+	Name      string `json:"name"`
+	Event     string `json:"event"`
+	Matcher   string `json:"matcher,omitempty"`
+	Required  bool   `json:"required"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	// Argv is the hook's own argv as it finally runs.
+	Argv []string `json:"argv"`
+	// Command is the shell command string hookbox generated, when the engine
+	// runs hooks through a shell.
+	Command string `json:"command,omitempty"`
+	// Chain is every exec the hook produces, in order: the shell (if any)
+	// with the exact command string, then the hook program itself.
+	Chain []Exec `json:"chain"`
+}
+
+// Mount kinds.
+const (
+	MountBind  = "bind"
+	MountTmpfs = "tmpfs"
+)
+
+// Mount is one filesystem the container sees besides the base image and
+// runfiles (those are added by the runfiles stage).
+type Mount struct {
+	Destination string   `json:"destination"`
+	Kind        string   `json:"kind"`
+	Source      string   `json:"source,omitempty"` // host path for binds
+	ReadOnly    bool     `json:"read_only"`
+	Options     []string `json:"options,omitempty"`
+	SizeBytes   int64    `json:"size_bytes,omitempty"`
+}
+
+// Limits are resource limits and watchdog timeouts. Zero means "none".
+type Limits struct {
+	TimeoutMS     int64 `json:"timeout_ms"`
+	FirstOutputMS int64 `json:"first_output_ms,omitempty"`
+	IdleMS        int64 `json:"idle_ms,omitempty"`
+	MemoryBytes   int64 `json:"memory_bytes"`
+	Pids          int64 `json:"pids"`
+	MilliCPUs     int64 `json:"milli_cpus,omitempty"`
+	TmpfsBytes    int64 `json:"tmpfs_bytes"`
+}
+
+// Trace modes.
+const (
+	TraceOff     = "off"
+	TraceObserve = "observe"
+	TraceVerify  = "verify"
+	TraceEnforce = "enforce"
+)
+
+// TracePolicy says what the exec tracer does and which programs the engine
+// may exec besides itself and its hooks' chains.
+type TracePolicy struct {
+	Mode  string   `json:"mode"`
+	Allow []string `json:"allow"`
+}
+
+// Canonical returns the canonical JSON bytes of r.
+func (r *Render) Canonical() ([]byte, error) {
+	return canonjson.Marshal(r)
+}
+
+// Digest returns "sha256:<hex>" over the canonical bytes, and those bytes.
+func (r *Render) Digest() (string, []byte, error) {
+	return canonjson.Digest(r)
+}

@@ -1,0 +1,126 @@
+package render
+
+import (
+	"fmt"
+	"strings"
+
+	"hookbox.dev/hookbox/compiler/shellwords"
+)
+
+// Text is a human view of the render. It is for reading, not parsing: use
+// the canonical JSON for machines.
+func (r *Render) Text(digest string) string {
+	var b strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	line("spawn %s", r.Spawn)
+	line("  digest   %s", digest)
+	engine := r.Engine.Kind
+	if r.Engine.Model != "" {
+		engine += "  model " + r.Engine.Model
+	}
+	if r.Engine.Effort != "" || r.Engine.RequestedEffort != "" {
+		engine += fmt.Sprintf("  effort %s", r.Engine.Effort)
+		if r.Engine.RequestedEffort != r.Engine.Effort {
+			engine += fmt.Sprintf(" (asked %s)", r.Engine.RequestedEffort)
+		}
+	}
+	line("  engine   %s", engine)
+	line("  exec     %s", shellwords.Join(r.Process.Argv))
+	line("  cwd      %s   stdin %s   user %d:%d", r.Process.Cwd, r.Process.Stdin, r.Process.UID, r.Process.GID)
+	line("  env")
+	for _, e := range r.Process.Env {
+		switch e.Source {
+		case EnvSecret:
+			line("    %s  <secret, resolved at launch>", e.Name)
+		case EnvHost:
+			line("    %s  <copied from the host at launch>", e.Name)
+		default:
+			line("    %s=%s", e.Name, shellwords.Quote(e.Value))
+		}
+	}
+	line("  programs")
+	for _, p := range r.Programs {
+		line("    %-40s %s", p.Path, strings.Join(p.Roles, ","))
+	}
+	if len(r.Hooks) > 0 {
+		line("  hooks")
+		for _, h := range r.Hooks {
+			when := h.Event
+			if h.Matcher != "" {
+				when += "(" + h.Matcher + ")"
+			}
+			req := ""
+			if h.Required {
+				req = "  required"
+			}
+			line("    %s on %s%s", h.Name, when, req)
+			for _, e := range h.Chain {
+				line("      exec %s  argv %s", e.Path, shellwords.Join(e.Argv))
+			}
+		}
+	}
+	if len(r.Files) > 0 {
+		line("  files")
+		for _, f := range r.Files {
+			line("    %s (%04o, %d bytes)", f.Path, f.Mode, len(f.Content))
+		}
+	}
+	line("  mounts")
+	for _, m := range r.Mounts {
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		src := m.Source
+		if m.Kind == MountTmpfs {
+			src = fmt.Sprintf("tmpfs %s", formatBytes(m.SizeBytes))
+		}
+		line("    %-24s %s %s %s", m.Destination, mode, src, strings.Join(m.Options, ","))
+	}
+	l := r.Limits
+	limits := fmt.Sprintf("timeout %s", formatMS(l.TimeoutMS))
+	if l.FirstOutputMS > 0 {
+		limits += "  first-output " + formatMS(l.FirstOutputMS)
+	}
+	if l.IdleMS > 0 {
+		limits += "  idle " + formatMS(l.IdleMS)
+	}
+	limits += fmt.Sprintf("  memory %s  pids %d", formatBytes(l.MemoryBytes), l.Pids)
+	if l.MilliCPUs > 0 {
+		limits += fmt.Sprintf("  cpus %dm", l.MilliCPUs)
+	}
+	line("  limits   %s", limits)
+	line("  network  %s", r.Network)
+	line("  trace    %s  allow [%s]", r.Trace.Mode, strings.Join(r.Trace.Allow, " "))
+	if len(r.Artifacts) > 0 {
+		line("  artifacts %s", strings.Join(r.Artifacts, " "))
+	}
+	for _, n := range r.Notes {
+		line("  note     %s", n)
+	}
+	return b.String()
+}
+
+func formatMS(ms int64) string {
+	switch {
+	case ms%3600000 == 0:
+		return fmt.Sprintf("%dh", ms/3600000)
+	case ms%60000 == 0:
+		return fmt.Sprintf("%dm", ms/60000)
+	case ms%1000 == 0:
+		return fmt.Sprintf("%ds", ms/1000)
+	}
+	return fmt.Sprintf("%dms", ms)
+}
+
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		unit string
+		size int64
+	}{{"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.unit)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
+}
