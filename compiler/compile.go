@@ -151,19 +151,16 @@ func (c *compilation) collectPrograms() {
 	if style := c.def.hooks; style != nil && style.shell != "" && len(s.Hooks) > 0 {
 		c.addShell(style.shell)
 	}
-	// PATH: directories of declared tools first (in declaration order), then
-	// the standard directories.
+	// PATH: directories of declared tools outside the standard ones (sorted,
+	// so declaration order does not matter), then the standard directories.
 	var dirs []string
 	for _, tool := range s.Tools {
-		if d := path.Dir(tool); !slices.Contains(dirs, d) {
+		if d := path.Dir(tool); !slices.Contains(standardPath, d) && !slices.Contains(dirs, d) {
 			dirs = append(dirs, d)
 		}
 	}
-	for _, d := range standardPath {
-		if !slices.Contains(dirs, d) {
-			dirs = append(dirs, d)
-		}
-	}
+	slices.Sort(dirs)
+	dirs = append(dirs, standardPath...)
 	c.pathDirs = dirs
 }
 

@@ -29,16 +29,16 @@ func (k flagKind) String() string {
 	return [...]string{"value", "bool", "bool_pair", "list_args", "json_value", "repeat"}[k]
 }
 
-// flag is one row of an engine's flag table. value returns, by kind:
+// engineFlag is one row of an engine's flag table. value returns, by kind:
 // string (value, and repeat's items via []string), bool, *bool, []string, any.
-type flag struct {
+type engineFlag struct {
 	kind    flagKind
 	name    string
 	negated string // bool_pair's false form, e.g. --no-sandbox
 	value   func(c *compilation) any
 }
 
-type flagTable []flag
+type flagTable []engineFlag
 
 // argv renders the table in order.
 func (t flagTable) argv(c *compilation) ([]string, error) {

@@ -262,7 +262,8 @@ func (p *Parsed) validateHooks(diags *diagnostics) {
 			continue
 		}
 		if len(h.Argv) == 0 {
-			if p.Spawn.Spec.Hooks[i].Argv != nil || p.has(field+".argv") {
+			// nil: the argv did not decode and was reported already.
+			if h.Argv != nil {
 				p.errf(diags, field+".argv", "give at least the program, e.g. argv: [/usr/bin/true]", "hook argv is empty")
 			}
 			continue

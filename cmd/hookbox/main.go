@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"hookbox.dev/hookbox/compiler"
@@ -21,17 +22,20 @@ const (
 var version = "dev"
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
+// run executes one command line and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
 	cmd := newRootCommand()
 	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
 	err := cmd.Execute()
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(os.Stderr, "hookbox:", errorText(err))
+	fmt.Fprintln(stderr, "hookbox:", errorText(err))
 	var usage usageError
 	switch {
 	case errors.Is(err, compiler.ErrSpec), errors.As(err, &usage):

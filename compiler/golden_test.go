@@ -1,0 +1,144 @@
+package compiler
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"hookbox.dev/hookbox/render"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// hostNeutral replaces host-specific absolute paths so goldens compare on
+// any machine and checkout location.
+func hostNeutral(t *testing.T, data []byte) []byte {
+	t.Helper()
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.ReplaceAll(data, []byte(repo), []byte("$REPO"))
+}
+
+func renderFile(t *testing.T, file string) []*render.Render {
+	t.Helper()
+	renders, err := CompileFile(file)
+	if err != nil {
+		t.Fatalf("compile %s: %v", file, err)
+	}
+	return renders
+}
+
+func canonicalOf(t *testing.T, r *render.Render) []byte {
+	t.Helper()
+	data, err := r.Canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestExamplesGolden(t *testing.T) {
+	files, err := filepath.Glob("../examples/*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("expected the four examples, found %v (%v)", files, err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			var got bytes.Buffer
+			for _, r := range renderFile(t, file) {
+				if err := json.Indent(&got, hostNeutral(t, canonicalOf(t, r)), "", "  "); err != nil {
+					t.Fatal(err)
+				}
+				got.WriteByte('\n')
+			}
+			golden := filepath.Join("testdata", "golden", name+".json")
+			if *update {
+				if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./compiler -run Golden -update to create it)", err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Errorf("render of %s differs from %s (run with -update after checking the change):\n%s", file, golden, firstDiff(got.String(), string(want)))
+			}
+		})
+	}
+}
+
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return "line " + strconv.Itoa(i+1) + ":\n  got:  " + gl + "\n  want: " + wl
+		}
+	}
+	return "(no line differs)"
+}
+
+
+// TestRenderDeterministic compiles every example many times and from a copy
+// in another directory: the bytes (host paths aside) never change.
+func TestRenderDeterministic(t *testing.T) {
+	files, _ := filepath.Glob("../examples/*.yaml")
+	for _, file := range files {
+		first := renderFile(t, file)
+		for i := 0; i < 25; i++ {
+			again := renderFile(t, file)
+			for j := range first {
+				if !bytes.Equal(canonicalOf(t, first[j]), canonicalOf(t, again[j])) {
+					t.Fatalf("%s: render %d differs on repetition %d", file, j, i)
+				}
+			}
+		}
+	}
+
+	// The same spec in another place gives the same render once the
+	// location is substituted.
+	dir := t.TempDir()
+	spec := `apiVersion: hookbox.dev/v1alpha1
+kind: Spawn
+metadata: {name: moved}
+spec:
+  engine: {kind: claude, path: ./bin/claude}
+  promptFile: prompt.md
+  workspace: ./ws
+  hooks: [{name: h, event: Stop, argv: [./hooks/h, x]}]
+`
+	write := func(root string) {
+		for name, content := range map[string]string{"spawn.yaml": spec, "prompt.md": "review it"} {
+			if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "elsewhere", "b")
+	for _, root := range []string{a, b} {
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(root)
+	}
+	ra := canonicalOf(t, renderFile(t, filepath.Join(a, "spawn.yaml"))[0])
+	rb := canonicalOf(t, renderFile(t, filepath.Join(b, "spawn.yaml"))[0])
+	if !bytes.Equal(bytes.ReplaceAll(ra, []byte(a), []byte("$ROOT")), bytes.ReplaceAll(rb, []byte(b), []byte("$ROOT"))) {
+		t.Fatalf("render depends on more than the spec's location:\n%s\n%s", ra, rb)
+	}
+}
