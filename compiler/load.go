@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -182,25 +183,25 @@ func (d *decoder) at(path string) Pos {
 }
 
 // yamlErrorPos extracts the line from yaml.v3's syntax errors ("yaml: line
-// 3: ..."); the column is not reported by the library.
+// 3: ..."); the library reports no column. Its "did not find expected …"
+// parser errors count lines from 0 (measured: an unclosed flow list opened
+// on line 2 is reported as line 1), so those are shifted to 1-based.
 func yamlErrorPos(err error) Pos {
 	var line int
 	if _, scanErr := fmt.Sscanf(err.Error(), "yaml: line %d:", &line); scanErr == nil {
+		if strings.Contains(err.Error(), ": did not find expected") {
+			line++
+		}
 		return Pos{Line: line, Column: 1}
 	}
 	return Pos{Line: 1, Column: 1}
 }
 
 func yamlErrorText(err error) string {
-	msg := err.Error()
-	var line int
-	var rest string
-	if n, _ := fmt.Sscanf(msg, "yaml: line %d:", &line); n == 1 {
-		if i := bytes.IndexByte([]byte(msg), ':'); i >= 0 {
-			rest = msg[i+1:]
-			if j := bytes.IndexByte([]byte(rest), ':'); j >= 0 {
-				return "syntax error:" + rest[j+1:]
-			}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if _, after, found := strings.Cut(rest, ": "); found {
+			msg = after
 		}
 	}
 	return "syntax error: " + msg

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func writeSpec(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	file := filepath.Join(dir, name)
+	if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+const validHead = "apiVersion: hookbox.dev/v1alpha1\nkind: Spawn\nmetadata:\n  name: ok\nspec:\n"
+
+// TestMalformedSpecs: every malformed spec exits 2 and names
+// file:line:column and the field path of the problem.
+func TestMalformedSpecs(t *testing.T) {
+	engine := "  engine:\n    kind: claude\n    path: /opt/claude\n  prompt: hi\n  workspace: .\n"
+	cases := []struct {
+		name string
+		spec string
+		want string // "line:col: path" expected after the file name
+	}{
+		{"unknown field", validHead + engine + "  promt: hi\n", "11:3: spec.promt: unknown field"},
+		{"unknown nested field", validHead + "  engine:\n    kind: claude\n    path: /opt/claude\n    modle: x\n  prompt: hi\n  workspace: .\n", "9:5: spec.engine.modle: unknown field"},
+		{"wrong type string", validHead + "  engine:\n    kind: claude\n    path: /opt/claude\n    model: 5\n  prompt: hi\n  workspace: .\n", "9:12: spec.engine.model: expected a string, got an integer"},
+		{"wrong type list", validHead + engine + "  tools: /bin/sh\n", "11:10: spec.tools: expected a list"},
+		{"bad duration", validHead + engine + "  limits:\n    timeout: soon\n", "12:14: spec.limits.timeout: \"soon\" is not a duration"},
+		{"duration without unit", validHead + engine + "  limits:\n    timeout: 30\n", "12:14: spec.limits.timeout: \"30\" has no unit"},
+		{"bad quantity", validHead + engine + "  limits:\n    memory: lots\n", "12:13: spec.limits.memory: \"lots\" is not a quantity"},
+		{"missing engine path", validHead + "  engine:\n    kind: claude\n  prompt: hi\n  workspace: .\n", "7:5: spec.engine.path: spec.engine.path is required"},
+		{"unknown engine kind", validHead + "  engine:\n    kind: cursor\n    path: /x\n  workspace: .\n", "7:11: spec.engine.kind: unknown engine kind \"cursor\""},
+		{"network other than none", validHead + engine + "  network: host\n", "11:12: spec.network: network \"host\" is not supported"},
+		{"bad DNS name", strings.Replace(validHead, "name: ok", "name: My_Spawn", 1) + engine, "4:9: metadata.name: \"My_Spawn\" is not a DNS-1123 label"},
+		{"missing name", strings.Replace(validHead, "  name: ok\n", "  labels: {}\n", 1) + engine, "4:3: metadata.name: metadata.name is required"},
+		{"wrong apiVersion", strings.Replace(validHead, "v1alpha1", "v1", 1) + engine, "1:13: apiVersion: apiVersion is \"hookbox.dev/v1\""},
+		{"unknown kind", strings.Replace(validHead, "kind: Spawn", "kind: Pod", 1) + engine, "2:7: kind: unknown kind \"Pod\""},
+		{"duplicate key", validHead + engine + "  workspace: /other\n", "11:3: spec.workspace: duplicate key \"workspace\" (first at line 10:3)"},
+		{"hook with a pipe", validHead + engine + "  hooks:\n    - {name: h, event: Stop, argv: \"echo hi | tee x\"}\n", "12:36: spec.hooks[0].argv: \"echo hi | tee x\": pipe"},
+		{"empty hook argv", validHead + engine + "  hooks:\n    - {name: h, event: Stop, argv: []}\n", "12:36: spec.hooks[0].argv: hook argv is empty"},
+		{"unknown hook event", validHead + engine + "  hooks:\n    - {name: h, event: OnSave, argv: [/bin/true]}\n", "12:24: spec.hooks[0].event: engine claude has no hook event \"OnSave\""},
+		{"bad trace mode", validHead + engine + "  trace: {mode: paranoid}\n", "11:17: spec.trace.mode: unknown trace mode"},
+		{"bad effort", validHead + "  engine:\n    kind: claude\n    path: /opt/claude\n    effort: extreme\n  prompt: hi\n  workspace: .\n", "9:13: spec.engine.effort: unknown effort \"extreme\""},
+		{"reserved env", validHead + engine + "  env:\n    set: {HOME: /root}\n", "12:17: spec.env.set.HOME: HOME is reserved"},
+		{"bad secret name", validHead + engine + "  secrets: [GOOD, bad-name]\n", "11:12: spec.secrets:"},
+		{"artifact escaping", validHead + engine + "  artifacts: [../etc/passwd]\n", "11:15: spec.artifacts[0]: artifact \"../etc/passwd\" leaves the run dir"},
+		{"watchdog on late engine", validHead + "  engine:\n    kind: gemini\n    path: /opt/gemini\n  prompt: hi\n  workspace: .\n  limits:\n    idle: 5m\n", "12:11: spec.limits.idle: engine gemini prints only when it finishes"},
+		{"pi prompt option-like", validHead + "  engine:\n    kind: pi\n    path: /opt/pi\n  prompt: \"--help me\"\n  workspace: .\n", "9:11: spec.prompt: engine pi would read a prompt starting with \"-\""},
+		{"missing workspace", validHead + "  engine:\n    kind: claude\n    path: /opt/claude\n  prompt: hi\n", "6:3: spec.workspace: spec.workspace is required"},
+		{"syntax error", validHead + "  engine: [unclosed\n", "6:1: syntax error"},
+		{"list item bad", "apiVersion: hookbox.dev/v1alpha1\nkind: SpawnList\nitems:\n  - metadata: {name: a}\n    spec: {engine: {kind: exec, path: /bin/true}, workspace: ., network: wifi}\n", "5:74: items[0].spec.network: network \"wifi\" is not supported"},
+		{"null for explicit-empty field", validHead + engine + "  mcpServers:\n", "11:14: spec.mcpServers: null is ambiguous"},
+	}
+	if len(cases) < 15 {
+		t.Fatalf("the acceptance asks for at least 15 malformed specs, have %d", len(cases))
+	}
+	dir := t.TempDir()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			file := writeSpec(t, dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml", tc.spec)
+			code, stdout, stderr := runCLI(t, "render", file)
+			if code != exitSpec {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitSpec, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("a failed render printed to stdout: %q", stdout)
+			}
+			if want := file + ":" + tc.want; !strings.Contains(stderr, want) {
+				t.Errorf("stderr does not contain %q:\n%s", want, stderr)
+			}
+		})
+	}
+}
+
+// TestAllErrorsReportedTogether: one file with many problems lists them all.
+func TestAllErrorsReportedTogether(t *testing.T) {
+	spec := validHead + "  engine:\n    kind: claude\n    path: /opt/claude\n    model: 5\n  promt: hi\n  workspace: .\n  network: host\n  limits: {timeout: x, memory: y}\n"
+	file := writeSpec(t, t.TempDir(), "many.yaml", spec)
+	code, _, stderr := runCLI(t, "render", file)
+	if code != exitSpec {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"spec.engine.model", "spec.promt", "spec.network", "spec.limits.timeout", "spec.limits.memory", "spec.prompt: engine claude needs a prompt"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("missing %q in:\n%s", want, stderr)
+		}
+	}
+	if !strings.Contains(stderr, "(6 problems)") {
+		t.Errorf("expected a count of 6 problems:\n%s", stderr)
+	}
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{{"render"}, {"render", "a", "b"}, {"render", "--format", "xml", "x.yaml"}, {"render", "--bogus", "x"}} {
+		if code, _, stderr := runCLI(t, args...); code != exitSpec {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr)
+		}
+	}
+	if code, _, _ := runCLI(t, "render", filepath.Join(t.TempDir(), "missing.yaml")); code != exitError {
+		t.Errorf("a missing file should exit %d, got %d", exitError, code)
+	}
+}
+
+func TestRenderExamples(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "render", "../../examples/pipeline.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.HasPrefix(stdout, "[{") || !strings.HasSuffix(stdout, "}]\n") {
+		t.Errorf("a SpawnList should print a JSON array, got %.80q…", stdout)
+	}
+	code, stdout, _ = runCLI(t, "render", "--format", "text", "--spawn", "review-docs", "../../examples/pipeline.yaml")
+	if code != 0 || !strings.Contains(stdout, "spawn review-docs") || strings.Contains(stdout, "review-tests") {
+		t.Errorf("--spawn selects one spawn, got exit %d:\n%s", code, stdout)
+	}
+	if code, _, _ = runCLI(t, "render", "--spawn", "nope", "../../examples/pipeline.yaml"); code != exitSpec {
+		t.Errorf("unknown --spawn should exit 2, got %d", code)
+	}
+}
