@@ -1,0 +1,44 @@
+# hookbox — see README.md. Every target works on a fresh clone.
+GO       ?= go
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+FUZZTIME ?= 60s
+
+.PHONY: all build test lint fmt schema fuzz clean
+
+all: build
+
+## build: compile ./bin/hookbox
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hookbox ./cmd/hookbox
+
+## test: unit tests, golden files, fuzz seed corpora (runs every Fuzz* seed)
+test:
+	$(GO) test -count=1 ./...
+
+## lint: gofmt, go vet, and the committed schema is current
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	@$(GO) run ./cmd/hookbox schema | cmp -s - schema/spawn.schema.json || \
+	  { echo "schema/spawn.schema.json is stale: run make schema"; exit 1; }
+
+## fmt: format the code
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## schema: regenerate schema/spawn.schema.json from the Go spec types
+schema:
+	$(GO) run ./cmd/hookbox schema > schema/spawn.schema.json
+
+## fuzz: run every fuzz target for FUZZTIME each (default 60s)
+fuzz:
+	$(GO) test ./compiler/ -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./compiler/shellwords/ -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./compiler/shellwords/ -run '^$$' -fuzz '^FuzzJoinRoundTrip$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./render/canonjson/ -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./secrets/ -run '^$$' -fuzz '^FuzzParseLookup$$' -fuzztime $(FUZZTIME)
+
+clean:
+	rm -rf bin

@@ -1,0 +1,131 @@
+package compiler
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"hookbox.dev/hookbox/compiler/shellwords"
+	"hookbox.dev/hookbox/render"
+)
+
+func TestHookStringRefusals(t *testing.T) {
+	cases := map[string]string{
+		"pipe":                 "/bin/echo hi | /usr/bin/tee x",
+		"redirect":             "/bin/echo hi > out.txt",
+		"and-or":               "/bin/true && /bin/false",
+		"sequence":             "/bin/true; /bin/false",
+		"variable":             "/bin/echo $HOME",
+		"command-substitution": "/bin/echo `id`",
+		"glob":                 "/bin/ls *.go",
+		"background":           "/bin/sleep 1 &",
+	}
+	for feature, command := range cases {
+		t.Run(feature, func(t *testing.T) {
+			spec := spawnYAML("{kind: claude, path: /opt/c}", "  prompt: x",
+				"  hooks:\n    - name: h\n      event: Stop\n      argv: '"+command+"'")
+			_, err := tryCompile(spec)
+			if err == nil {
+				t.Fatalf("%q must be refused", command)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "test.yaml:11:13: spec.hooks[0].argv:") {
+				t.Errorf("refusal must name file:line:col and the field: %s", msg)
+			}
+			if !strings.Contains(msg, "argv list") && !strings.Contains(msg, "e.g. [") {
+				t.Errorf("refusal must suggest an argv list: %s", msg)
+			}
+		})
+	}
+	if _, err := tryCompile(spawnYAML("{kind: claude, path: /opt/c}", "  prompt: x", "  hooks: [{name: h, event: Stop, argv: []}]")); err == nil ||
+		!strings.Contains(err.Error(), "hook argv is empty") {
+		t.Errorf("an empty argv must be refused, got %v", err)
+	}
+	if _, err := tryCompile(spawnYAML("{kind: claude, path: /opt/c}", "  prompt: x", "  hooks: [{name: h, event: Stop, argv: '  '}]")); err == nil {
+		t.Error("a blank command string must be refused")
+	}
+	// A string that needs no shell feature is split as POSIX words.
+	r := compileSpec(t, spawnYAML("{kind: claude, path: /opt/c}", "  prompt: x",
+		`  hooks: [{name: h, event: Stop, argv: "/opt/hook --msg 'two words' \"a|b\" x\\;y"}]`))
+	if want := []string{"/opt/hook", "--msg", "two words", "a|b", "x;y"}; !slices.Equal(r.Hooks[0].Argv, want) {
+		t.Errorf("split %q, want %q", r.Hooks[0].Argv, want)
+	}
+}
+
+func TestHookProgramMustBeAPath(t *testing.T) {
+	_, err := tryCompile(spawnYAML("{kind: claude, path: /opt/c}", "  prompt: x", "  hooks: [{name: h, event: Stop, argv: [python3, x.py]}]"))
+	if err == nil || !strings.Contains(err.Error(), "spec.hooks[0].argv[0]") || !strings.Contains(err.Error(), "does not search PATH") {
+		t.Errorf("a bare program name must be refused with a fix, got %v", err)
+	}
+	r := compileSpec(t, spawnYAML("{kind: claude, path: /opt/c}", "  prompt: x", "  hooks: [{name: h, event: Stop, argv: [./hooks/h.sh]}]"))
+	if r.Hooks[0].Argv[0] != "/specs/hooks/h.sh" {
+		t.Errorf("relative hook paths resolve against the spec's directory, got %q", r.Hooks[0].Argv[0])
+	}
+}
+
+// TestHookExecChains: the render holds the exact exec chain of every hook,
+// shell layer included where the engine insists on one.
+func TestHookExecChains(t *testing.T) {
+	hook := "  hooks: [{name: audit, event: %s, argv: [/opt/audit, 'it''s', '', 'a b', '{run_id}']}]"
+	argv := []string{"/opt/audit", "it's", "", "a b", "{run_id}"}
+	command := shellwords.Join(argv)
+
+	claude := compileSpec(t, spawnYAML("{kind: claude, path: /opt/c}", "  prompt: x", strings.Replace(hook, "%s", "Stop", 1)))
+	if got := claude.Hooks[0].Chain; len(got) != 1 || got[0].Path != "/opt/audit" || !slices.Equal(got[0].Argv, argv) || !slices.Equal(got[0].Slots, []int{4}) {
+		t.Errorf("claude runs exec-form hooks directly: chain %+v", got)
+	}
+	settings, ok := fileContent(claude, "/hookbox/etc/claude-settings.json")
+	if !ok || !strings.Contains(settings.Content, `"args":["it's","","a b","{run_id}"]`) || !strings.Contains(settings.Content, `"command":"/opt/audit"`) {
+		t.Errorf("claude settings must carry exec form (command + args): %q", settings.Content)
+	}
+
+	codex := compileSpec(t, spawnYAML("{kind: codex, path: /opt/x}", "  prompt: x", strings.Replace(hook, "%s", "Stop", 1)))
+	chain := codex.Hooks[0].Chain
+	if len(chain) != 2 || chain[0].Path != "/bin/bash" || !slices.Equal(chain[0].Argv, []string{"/bin/bash", "-c", command}) ||
+		!slices.Equal(chain[1].Argv, argv) {
+		t.Errorf("codex chain: %+v", chain)
+	}
+	if codex.Hooks[0].Command != command {
+		t.Errorf("codex command %q, want %q", codex.Hooks[0].Command, command)
+	}
+	if !slices.ContainsFunc(codex.Programs, func(p render.Program) bool { return p.Path == "/bin/bash" && slices.Contains(p.Roles, render.RoleShell) }) {
+		t.Errorf("the shell codex insists on must be a program of the render: %+v", codex.Programs)
+	}
+	hooksJSON, _ := fileContent(codex, "/run/hookbox/codex/hooks.json")
+	if !strings.Contains(hooksJSON.Content, `"command":"/opt/audit 'it'\\''s' '' 'a b' '{run_id}'"`) {
+		t.Errorf("codex hooks.json must hold the generated command: %s", hooksJSON.Content)
+	}
+
+	// Gemini runs `bash -c`: bash is looked up on PATH among declared tools.
+	gemini := compileSpec(t, spawnYAML("{kind: gemini, path: /opt/g}", "  prompt: x", "  tools: [/usr/local/bin/bash]", strings.Replace(hook, "%s", "BeforeTool", 1)))
+	chain = gemini.Hooks[0].Chain
+	if chain[0].Path != "/usr/local/bin/bash" || !slices.Equal(chain[0].Argv, []string{"bash", "-c", command}) {
+		t.Errorf("gemini chain: %+v", chain)
+	}
+	gemini = compileSpec(t, spawnYAML("{kind: gemini, path: /opt/g}", "  prompt: x", strings.Replace(hook, "%s", "BeforeTool", 1)))
+	if gemini.Hooks[0].Chain[0].Path != "/bin/bash" {
+		t.Errorf("without a declared bash, gemini's shell is /bin/bash: %+v", gemini.Hooks[0].Chain)
+	}
+}
+
+func TestHookRules(t *testing.T) {
+	for name, tc := range map[string]struct{ engine, hooks, want string }{
+		"pi has no shell hooks":    {"{kind: pi, path: /opt/pi}", "[{name: h, event: Stop, argv: [/bin/true]}]", "TypeScript extensions"},
+		"exec runs no hooks":       {"{kind: exec, path: /bin/true}", "[{name: h, event: Stop, argv: [/bin/true]}]", "engine exec does not run hooks"},
+		"matcher on non-tool":      {"{kind: claude, path: /opt/c}", "[{name: h, event: Stop, matcher: Bash, argv: [/bin/true]}]", "event Stop takes no matcher"},
+		"duplicate names":          {"{kind: claude, path: /opt/c}", "[{name: h, event: Stop, argv: [/bin/true]}, {name: h, event: Stop, argv: [/bin/true]}]", "used twice"},
+		"slot inside an argument":  {"{kind: claude, path: /opt/c}", "[{name: h, event: Stop, argv: [/bin/x, 'id={run_id}']}]", "slot embedded"},
+		"unknown slot":             {"{kind: claude, path: /opt/c}", "[{name: h, event: Stop, argv: [/bin/x, '{secret}']}]", "unknown slot"},
+		"codex unknown event":      {"{kind: codex, path: /opt/c}", "[{name: h, event: BeforeTool, argv: [/bin/true]}]", "engine codex has no hook event"},
+		"gemini claude-only event": {"{kind: gemini, path: /opt/c}", "[{name: h, event: PreToolUse, argv: [/bin/true]}]", "engine gemini has no hook event"},
+	} {
+		prompt := "  prompt: x"
+		if strings.Contains(tc.engine, "exec") {
+			prompt = ""
+		}
+		_, err := tryCompile(spawnYAML(tc.engine, prompt, "  hooks: "+tc.hooks))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: want an error containing %q, got %v", name, tc.want, err)
+		}
+	}
+}
