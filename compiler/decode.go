@@ -18,6 +18,34 @@ import (
 type decoder struct {
 	diags *diagnostics
 	pos   map[string]Pos
+	// aliases counts alias expansions: a spec could otherwise expand
+	// exponentially ("billion laughs") or loop through a self-reference.
+	aliases int
+	// depth is the current nesting, bounded for the same reason.
+	depth int
+}
+
+const (
+	maxAliasExpansions = 1000
+	maxDepth           = 64
+)
+
+// deref follows an alias node within the expansion budget; ok is false
+// (and the problem reported) when the budget is exhausted.
+func (d *decoder) deref(n *yaml.Node, path string) (*yaml.Node, bool) {
+	for n.Kind == yaml.AliasNode {
+		d.aliases++
+		if d.aliases > maxAliasExpansions || n.Alias == nil {
+			d.errAt(n, path, "write the values out instead of aliasing them", "too many YAML alias expansions")
+			return nil, false
+		}
+		n = n.Alias
+	}
+	if d.depth > maxDepth {
+		d.errAt(n, path, "flatten the document", "nesting deeper than %d levels", maxDepth)
+		return nil, false
+	}
+	return n, true
 }
 
 func nodePos(n *yaml.Node) Pos { return Pos{Line: n.Line, Column: n.Column} }
@@ -50,9 +78,12 @@ func (d *decoder) decodeValue(n *yaml.Node, path string, ptr any) {
 }
 
 func (d *decoder) decode(n *yaml.Node, path string, v reflect.Value) {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
+	n, ok := d.deref(n, path)
+	if !ok {
+		return
 	}
+	d.depth++
+	defer func() { d.depth-- }()
 	d.pos[path] = nodePos(n)
 	if v.CanAddr() {
 		if u, ok := v.Addr().Interface().(nodeDecoder); ok {
@@ -202,9 +233,12 @@ func (d *decoder) decodeMap(n *yaml.Node, path string, v reflect.Value) {
 // anyValue decodes free-form data (scripted print steps) into plain Go
 // values that encoding/json writes deterministically.
 func (d *decoder) anyValue(n *yaml.Node, path string) (any, bool) {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
+	n, ok := d.deref(n, path)
+	if !ok {
+		return nil, false
 	}
+	d.depth++
+	defer func() { d.depth-- }()
 	switch n.Kind {
 	case yaml.MappingNode:
 		keys, values, ok := d.mappingPairs(n, path)

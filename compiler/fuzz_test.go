@@ -70,8 +70,31 @@ func checkSpecError(t *testing.T, err error) {
 		t.Fatal("a SpecError without diagnostics")
 	}
 	for _, d := range specErr.Diagnostics {
-		if d.File != "fuzz.yaml" || d.Pos.Line < 1 || d.Pos.Column < 1 || d.Message == "" {
+		if d.File == "" || d.Pos.Line < 1 || d.Pos.Column < 1 || d.Message == "" {
 			t.Fatalf("diagnostic without file:line:col or message: %+v", d)
 		}
+	}
+}
+
+// TestAliasBombsAreRefused: self-referencing and exponentially expanding
+// aliases end in a clear error, not a hang or a crash.
+func TestAliasBombsAreRefused(t *testing.T) {
+	bomb := "apiVersion: hookbox.dev/v1alpha1\nkind: Spawn\nmetadata: {name: b}\nspec:\n  engine:\n    kind: scripted\n    path: /x\n    script:\n      - print: &a [x, x, x, x, x, x, x, x, x, x]\n"
+	prev := "a"
+	for _, name := range []string{"b", "c", "d", "e", "f", "g", "h"} {
+		bomb += "      - print: &" + name + " [*" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + "]\n"
+		prev = name
+	}
+	bomb += "  workspace: /w\n"
+	for name, spec := range map[string]string{
+		"exponential":    bomb,
+		"self reference": "apiVersion: hookbox.dev/v1alpha1\nkind: Spawn\nmetadata: {name: b}\nspec:\n  engine: {kind: scripted, path: /x, script: [{print: &x [*x]}]}\n  workspace: /w\n",
+	} {
+		_, err := Parse([]byte(spec), "bomb.yaml", "/", nil)
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		checkSpecError(t, err)
 	}
 }
