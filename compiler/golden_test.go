@@ -93,7 +93,6 @@ func firstDiff(got, want string) string {
 	return "(no line differs)"
 }
 
-
 // TestRenderDeterministic compiles every example many times and from a copy
 // in another directory: the bytes (host paths aside) never change.
 func TestRenderDeterministic(t *testing.T) {

@@ -88,7 +88,9 @@ func TestHookExecChains(t *testing.T) {
 	if codex.Hooks[0].Command != command {
 		t.Errorf("codex command %q, want %q", codex.Hooks[0].Command, command)
 	}
-	if !slices.ContainsFunc(codex.Programs, func(p render.Program) bool { return p.Path == "/bin/bash" && slices.Contains(p.Roles, render.RoleShell) }) {
+	if !slices.ContainsFunc(codex.Programs, func(p render.Program) bool {
+		return p.Path == "/bin/bash" && slices.Contains(p.Roles, render.RoleShell)
+	}) {
 		t.Errorf("the shell codex insists on must be a program of the render: %+v", codex.Programs)
 	}
 	hooksJSON, _ := fileContent(codex, "/run/hookbox/codex/hooks.json")
