@@ -188,6 +188,12 @@ func split(s string, allow literalSet) ([]string, *RefusedError) {
 		c := s[i]
 		switch {
 		case isBlank(c):
+			// A newline between words would run the rest as a second
+			// command in a shell: refuse it like ';'. Leading and trailing
+			// newlines (YAML block scalars) are only blanks.
+			if c == '\n' && (inWord || len(words) > 0) && strings.TrimLeft(s[i:], " \t\n") != "" {
+				return nil, refuse(s, i, featSequence)
+			}
 			endWord()
 			i++
 			continue
@@ -433,6 +439,9 @@ func isBare(arg string) bool {
 func (e *RefusedError) Error() string {
 	in := strconv.Quote(e.Input)
 	tok := e.token()
+	if tok == "\n" {
+		tok = `\n` // keep the message on one line
+	}
 	asShell := jsonList([]string{"/bin/sh", "-c", e.Input})
 	needsShell := func(what, alternative string) string {
 		return fmt.Sprintf("%s: %s '%s' at column %d needs a shell, and hookbox runs none; "+
@@ -472,6 +481,9 @@ func (e *RefusedError) Error() string {
 	case featBackground:
 		return needsShell("background operator", ", or split it into separate hooks")
 	case featSequence:
+		if tok == `\n` {
+			return needsShell("line break", ", or split it into separate hooks")
+		}
 		return needsShell("command separator", ", or split it into separate hooks")
 	case featRedirect:
 		return needsShell("redirection", ", or pass the file to the program as an argument")
