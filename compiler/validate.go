@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"path/filepath"
@@ -333,7 +334,16 @@ func (p *Parsed) validateEnv(diags *diagnostics) {
 	if len(s.Secrets) > 0 {
 		if err := secrets.CheckNames(s.Secrets); err != nil {
 			// Refusal is total (CONTRACTS §3): the whole block is rejected.
-			p.errf(diags, "spec.secrets", "every secret must be a valid, unique environment variable name", "secrets refused: %v", err)
+			field := "spec.secrets"
+			var refused *secrets.RefusedError
+			if errors.As(err, &refused) {
+				if refused.Index >= 0 {
+					field = fmt.Sprintf("spec.secrets[%d]", refused.Index)
+				}
+				p.errf(diags, field, "", "%s (refused: %s)", refused.Message, refused.Reason)
+			} else {
+				p.errf(diags, field, "", "%v", err)
+			}
 			return
 		}
 		for i, name := range s.Secrets {

@@ -56,7 +56,7 @@ func TestMalformedSpecs(t *testing.T) {
 		{"bad trace mode", validHead + engine + "  trace: {mode: paranoid}\n", "11:17: spec.trace.mode: unknown trace mode"},
 		{"bad effort", validHead + "  engine:\n    kind: claude\n    path: /opt/claude\n    effort: extreme\n  prompt: hi\n  workspace: .\n", "9:13: spec.engine.effort: unknown effort \"extreme\""},
 		{"reserved env", validHead + engine + "  env:\n    set: {HOME: /root}\n", "12:17: spec.env.set.HOME: HOME is reserved"},
-		{"bad secret name", validHead + engine + "  secrets: [GOOD, bad-name]\n", "11:12: spec.secrets:"},
+		{"bad secret name", validHead + engine + "  secrets: [GOOD, bad-name]\n", "11:19: spec.secrets[1]:"},
 		{"artifact escaping", validHead + engine + "  artifacts: [../etc/passwd]\n", "11:15: spec.artifacts[0]: artifact \"../etc/passwd\" leaves the run dir"},
 		{"watchdog on late engine", validHead + "  engine:\n    kind: gemini\n    path: /opt/gemini\n  prompt: hi\n  workspace: .\n  limits:\n    idle: 5m\n", "12:11: spec.limits.idle: engine gemini prints only when it finishes"},
 		{"pi prompt option-like", validHead + "  engine:\n    kind: pi\n    path: /opt/pi\n  prompt: \"--help me\"\n  workspace: .\n", "9:11: spec.prompt: engine pi would read a prompt starting with \"-\""},

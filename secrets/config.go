@@ -1,0 +1,483 @@
+package secrets
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Placeholder is replaced by the variable name in every argv element after
+// argv[0] when the lookup runs.
+const Placeholder = "{name}"
+
+const (
+	// DefaultTimeout bounds a lookup when the config sets no timeout.
+	DefaultTimeout = 10 * time.Second
+	// MaxTimeout is the largest timeout the config may set.
+	MaxTimeout = 10 * time.Minute
+	// maxConfigSize bounds how much of the global config file is read; the
+	// file is a few lines of YAML.
+	maxConfigSize = 1 << 20
+)
+
+// ErrNoConfigPath is returned by DefaultConfigPath when the environment names
+// no usable location for the global config file.
+var ErrNoConfigPath = errors.New("no location for the hookbox global config")
+
+// DefaultConfigPath returns the global config file's path: $HOOKBOX_CONFIG
+// if set (it must be absolute; for tests and packaging), else
+// $XDG_CONFIG_HOME/hookbox/config.yaml, else $HOME/.config/hookbox/config.yaml.
+// An empty variable counts as unset, and a relative XDG_CONFIG_HOME is ignored
+// as the XDG base directory spec requires. getenv is os.Getenv in production.
+func DefaultConfigPath(getenv func(string) string) (string, error) {
+	if p := getenv("HOOKBOX_CONFIG"); p != "" {
+		if !filepath.IsAbs(p) {
+			return "", fmt.Errorf("%w: HOOKBOX_CONFIG must be an absolute path", ErrNoConfigPath)
+		}
+		return filepath.Clean(p), nil
+	}
+	if x := getenv("XDG_CONFIG_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "hookbox", "config.yaml"), nil
+	}
+	if h := getenv("HOME"); h != "" && filepath.IsAbs(h) {
+		return filepath.Join(h, ".config", "hookbox", "config.yaml"), nil
+	}
+	return "", fmt.Errorf("%w: set HOOKBOX_CONFIG to an absolute path, or HOME (or XDG_CONFIG_HOME) to an absolute directory", ErrNoConfigPath)
+}
+
+// LookupState is what the user's global config says about secret lookup.
+type LookupState int
+
+const (
+	// NotConfigured: no config file, or no secrets.lookup block in it.
+	NotConfigured LookupState = iota
+	// Disabled: secrets.lookup.enabled is false.
+	Disabled
+	// Enabled: a valid lookup command is configured.
+	Enabled
+	// Refused: secrets or secrets.lookup is malformed; see Lookup.Reason.
+	Refused
+)
+
+func (s LookupState) String() string {
+	switch s {
+	case NotConfigured:
+		return "not-configured"
+	case Disabled:
+		return "disabled"
+	case Enabled:
+		return "enabled"
+	case Refused:
+		return "refused"
+	}
+	return "LookupState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Lookup is the secret lookup configuration read from the global config.
+type Lookup struct {
+	State LookupState
+	// Reason is set only when State is Refused. NotConfigured and Disabled
+	// carry no reason, so they stay distinguishable from a refusal.
+	Reason Refusal
+	// Message explains a refusal to a human (only when State is Refused). It
+	// never contains a configured value.
+	Message string
+	// Index is, when State is Refused, the argv position the refusal is
+	// about, or -1.
+	Index int
+	// Argv is the lookup command, only when State is Enabled.
+	Argv []string
+	// Timeout bounds each lookup, only when State is Enabled (DefaultTimeout
+	// unless configured).
+	Timeout time.Duration
+	// Source is the config file path, for messages.
+	Source string
+}
+
+// Err returns the refusal as a *RefusedError when State is Refused, else nil.
+func (l Lookup) Err() error {
+	if l.State != Refused {
+		return nil
+	}
+	return &RefusedError{Reason: l.Reason, Index: l.Index, Source: l.Source, Message: l.Message}
+}
+
+// LoadLookup reads the secrets.lookup block of the global config file at
+// path. A missing file is NotConfigured, not an error. The returned error is
+// for a file that exists but cannot be read; a malformed file is not an
+// error but a Lookup with State Refused (see ParseLookup), so that a launch
+// that needs no lookup is not blocked by it.
+func LoadLookup(path string) (Lookup, error) {
+	if path == "" {
+		return Lookup{}, fmt.Errorf("read secret lookup config: %w: empty path", ErrNoConfigPath)
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Lookup{State: NotConfigured, Source: path}, nil
+	}
+	if err != nil {
+		return Lookup{}, fmt.Errorf("read secret lookup config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return Lookup{}, fmt.Errorf("read secret lookup config: %w", err)
+	}
+	if len(data) > maxConfigSize {
+		return refuse(path, RefusalConfigInvalid, -1, fmt.Sprintf("the file is larger than %d bytes; a hookbox config is a few lines of YAML", maxConfigSize)), nil
+	}
+	return ParseLookup(data, path), nil
+}
+
+// ParseLookup is the pure core of LoadLookup over the config file's bytes;
+// source is the file's path, used in messages only.
+//
+// Other top-level keys belong to other parts of hookbox and are ignored. The
+// secrets and secrets.lookup mappings are owned here and checked strictly:
+// an unknown field is refused rather than ignored, so a typo cannot silently
+// turn the lookup off. When enabled is false, argv and timeout are not
+// validated, so a half-written lookup can be switched off.
+func ParseLookup(data []byte, source string) Lookup {
+	root, refusal := parseDocument(data, source)
+	if refusal != nil {
+		return *refusal
+	}
+	if root == nil {
+		return notConfigured(source)
+	}
+	secretsNode, refusal := field(root, "secrets", source)
+	if refusal != nil {
+		return *refusal
+	}
+	if secretsNode == nil {
+		return notConfigured(source)
+	}
+	if secretsNode.Kind != yaml.MappingNode {
+		return refuse(source, RefusalConfigInvalid, -1, "secrets must be a mapping (it is "+describe(secretsNode)+"); the lookup goes under secrets.lookup")
+	}
+	secretsFields, refusal := fields(secretsNode, "secrets", []string{"lookup"}, source)
+	if refusal != nil {
+		return *refusal
+	}
+	lookupNode := secretsFields["lookup"]
+	if lookupNode == nil {
+		return notConfigured(source)
+	}
+	if lookupNode.Kind != yaml.MappingNode {
+		return refuse(source, RefusalConfigInvalid, -1, "secrets.lookup must be a mapping with argv (and optionally enabled, timeout); it is "+describe(lookupNode))
+	}
+	lf, refusal := fields(lookupNode, "secrets.lookup", []string{"enabled", "argv", "timeout"}, source)
+	if refusal != nil {
+		return *refusal
+	}
+
+	if n, ok := lf["enabled"]; ok {
+		enabled, isBool := boolValue(n)
+		if !isBool {
+			return refuse(source, RefusalEnabledNotBool, -1, "secrets.lookup.enabled must be true or false; it is "+describe(n))
+		}
+		if !enabled {
+			return Lookup{State: Disabled, Source: source}
+		}
+	}
+
+	argv, bad := argvValue(lf["argv"], source)
+	if bad != nil {
+		return *bad
+	}
+	if reason, index, msg := checkArgv(argv); reason != "" {
+		return refuse(source, reason, index, msg)
+	}
+
+	timeout := DefaultTimeout
+	if n, ok := lf["timeout"]; ok {
+		d, msg := timeoutValue(n)
+		if msg != "" {
+			return refuse(source, RefusalTimeoutInvalid, -1, msg)
+		}
+		timeout = d
+	}
+	return Lookup{State: Enabled, Argv: argv, Timeout: timeout, Source: source}
+}
+
+func notConfigured(source string) Lookup {
+	return Lookup{State: NotConfigured, Source: source}
+}
+
+func refuse(source string, reason Refusal, index int, msg string) Lookup {
+	return Lookup{State: Refused, Reason: reason, Index: index, Message: msg, Source: source}
+}
+
+// parseDocument returns the top-level mapping, or nil when the file holds
+// nothing (empty, comments only, or null).
+func parseDocument(data []byte, source string) (root *yaml.Node, refusal *Lookup) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	err := decodeNode(dec, &doc)
+	if errors.Is(err, io.EOF) {
+		return nil, nil
+	}
+	if err != nil {
+		r := refuse(source, RefusalConfigInvalid, -1, "the file is not valid YAML"+parseErrorLine(err)+"; fix its syntax")
+		return nil, &r
+	}
+	var extra yaml.Node
+	if err := decodeNode(dec, &extra); !errors.Is(err, io.EOF) {
+		r := refuse(source, RefusalConfigInvalid, -1, "the file must hold exactly one YAML document; remove the extra --- documents")
+		return nil, &r
+	}
+	n := &doc
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return nil, nil
+		}
+		n = n.Content[0]
+	}
+	n = deref(n)
+	switch {
+	case n == nil:
+		r := refuse(source, RefusalConfigInvalid, -1, "the top level is an unresolved alias; it must be a mapping")
+		return nil, &r
+	case isNull(n):
+		return nil, nil
+	case n.Kind != yaml.MappingNode:
+		r := refuse(source, RefusalConfigInvalid, -1, "the top level must be a mapping; it is "+describe(n))
+		return nil, &r
+	}
+	return n, nil
+}
+
+// decodeNode shields the caller from a panic inside the YAML library: input
+// must never crash hookbox, and a parser bug is reported as invalid YAML.
+func decodeNode(dec *yaml.Decoder, n *yaml.Node) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = errors.New("yaml: parser failure")
+		}
+	}()
+	return dec.Decode(n)
+}
+
+// parseErrorLine extracts " at line N" from a YAML parse error. The rest of
+// the library's message is dropped because some messages quote the input
+// (an unknown anchor's name, for one).
+func parseErrorLine(err error) string {
+	msg := err.Error()
+	const prefix = "yaml: line "
+	if !strings.HasPrefix(msg, prefix) {
+		return ""
+	}
+	rest := msg[len(prefix):]
+	end := 0
+	for end < len(rest) && end < 10 && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	if end == 0 {
+		return ""
+	}
+	return " (parse error at line " + rest[:end] + ")"
+}
+
+// field finds key in the top-level mapping. Only duplicate "secrets" keys
+// are refused; other top-level keys are not this package's to judge.
+func field(m *yaml.Node, key, source string) (*yaml.Node, *Lookup) {
+	var found *yaml.Node
+	foundLine := 0
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := deref(m.Content[i])
+		if k == nil || k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" || k.Value != key {
+			continue
+		}
+		if found != nil {
+			r := refuse(source, RefusalConfigInvalid, -1, fmt.Sprintf("%s is given twice (lines %d and %d); keep one", key, foundLine, k.Line))
+			return nil, &r
+		}
+		found, foundLine = deref(m.Content[i+1]), k.Line
+		if found == nil {
+			r := refuse(source, RefusalConfigInvalid, -1, key+" is an unresolved alias")
+			return nil, &r
+		}
+	}
+	if found != nil && isNull(found) {
+		return nil, nil
+	}
+	return found, nil
+}
+
+// fields collects the known fields of a mapping owned by this package. Null
+// values count as absent for "lookup" only; callers see the node otherwise.
+// An unknown key is reported by position, never by text: it may be a value
+// pasted into the wrong place.
+func fields(m *yaml.Node, path string, known []string, source string) (map[string]*yaml.Node, *Lookup) {
+	out := make(map[string]*yaml.Node, len(known))
+	lines := make(map[string]int, len(known))
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := deref(m.Content[i])
+		if k == nil || k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" {
+			what := "an unresolved alias"
+			line, col := m.Content[i].Line, m.Content[i].Column
+			if k != nil {
+				what = describe(k)
+			}
+			r := refuse(source, RefusalUnknownField, -1, fmt.Sprintf("%s has a key at line %d, column %d that is %s, not a field name; allowed fields: %s", path, line, col, what, strings.Join(known, ", ")))
+			return nil, &r
+		}
+		if !slices.Contains(known, k.Value) {
+			r := refuse(source, RefusalUnknownField, -1, fmt.Sprintf("%s has an unknown field at line %d, column %d; allowed fields: %s", path, k.Line, k.Column, strings.Join(known, ", ")))
+			return nil, &r
+		}
+		if first, dup := lines[k.Value]; dup {
+			r := refuse(source, RefusalConfigInvalid, -1, fmt.Sprintf("%s.%s is given twice (lines %d and %d); keep one", path, k.Value, first, k.Line))
+			return nil, &r
+		}
+		v := deref(m.Content[i+1])
+		if v == nil {
+			r := refuse(source, RefusalConfigInvalid, -1, fmt.Sprintf("%s.%s is an unresolved alias", path, k.Value))
+			return nil, &r
+		}
+		lines[k.Value] = k.Line
+		if k.Value == "lookup" && isNull(v) {
+			continue // "lookup:" with everything commented out
+		}
+		out[k.Value] = v
+	}
+	return out, nil
+}
+
+// argvValue extracts argv as strings. Elements that are not plain strings are
+// reported by position and type only.
+func argvValue(n *yaml.Node, source string) ([]string, *Lookup) {
+	if n == nil || isNull(n) {
+		r := refuse(source, RefusalArgvEmpty, -1, `secrets.lookup.argv is missing; give the lookup command as a list, e.g. argv: ["/usr/bin/pass", "show", "hookbox/{name}"]`)
+		return nil, &r
+	}
+	if n.Kind != yaml.SequenceNode {
+		r := refuse(source, RefusalArgvNotList, -1, "secrets.lookup.argv is "+describe(n)+`; the lookup command is an argv list, never a string: write argv: ["/usr/bin/pass", "show", "hookbox/{name}"]`)
+		return nil, &r
+	}
+	argv := make([]string, 0, len(n.Content))
+	for i, e := range n.Content {
+		e = deref(e)
+		if e == nil || e.Kind != yaml.ScalarNode || e.ShortTag() != "!!str" {
+			what := "an unresolved alias"
+			if e != nil {
+				what = describe(e)
+			}
+			r := refuse(source, RefusalArgvElementNotString, i, fmt.Sprintf("secrets.lookup.argv[%d] is %s; every argv element must be a string (quote it)", i, what))
+			return nil, &r
+		}
+		argv = append(argv, e.Value)
+	}
+	return argv, nil
+}
+
+// checkArgv validates a lookup argv. It is shared by the parser and the
+// resolver, because a Lookup can also be built in code.
+func checkArgv(argv []string) (reason Refusal, index int, msg string) {
+	if len(argv) == 0 {
+		return RefusalArgvEmpty, -1, `secrets.lookup.argv is empty; give the lookup command as a list, e.g. argv: ["/usr/bin/pass", "show", "hookbox/{name}"]`
+	}
+	if argv[0] == "" {
+		return RefusalArgvEmpty, 0, "secrets.lookup.argv[0] is an empty string; it must name the lookup program"
+	}
+	if strings.Contains(argv[0], Placeholder) {
+		return RefusalArgv0HasPlaceholder, 0, "secrets.lookup.argv[0] contains {name}; the program is fixed, only its arguments may carry the variable name"
+	}
+	if strings.Contains(argv[0], "/") && !filepath.IsAbs(argv[0]) {
+		return RefusalArgv0Relative, 0, "secrets.lookup.argv[0] is a relative path; use an absolute path or a bare program name found on PATH (~ is not expanded)"
+	}
+	for _, a := range argv[1:] {
+		if strings.Contains(a, Placeholder) {
+			return "", -1, ""
+		}
+	}
+	return RefusalPlaceholderMissing, -1, "no argument after secrets.lookup.argv[0] contains {name}; at least one must, so the lookup knows which variable to read"
+}
+
+// timeoutValue parses the timeout field. The message never repeats the text.
+func timeoutValue(n *yaml.Node) (time.Duration, string) {
+	const want = "; write a Go duration greater than 0 and at most 10m, e.g. timeout: 10s"
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return 0, "secrets.lookup.timeout is " + describe(n) + want
+	}
+	d, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return 0, "secrets.lookup.timeout is not a valid duration" + want
+	}
+	if d <= 0 || d > MaxTimeout {
+		return 0, "secrets.lookup.timeout is out of range" + want
+	}
+	return d, ""
+}
+
+func boolValue(n *yaml.Node) (value, ok bool) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+		return false, false
+	}
+	var b bool
+	if err := n.Decode(&b); err != nil {
+		return false, false
+	}
+	return b, true
+}
+
+// deref follows aliases to the anchored node; nil if it cannot.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode; i++ {
+		if i == 8 {
+			return nil
+		}
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// describe names a node's type for messages. It never includes the node's
+// text, and a non-standard tag is not repeated either.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a sequence"
+	case yaml.DocumentNode:
+		return "a document"
+	case yaml.AliasNode:
+		return "an alias"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!str":
+			return "a string"
+		case "!!int":
+			return "an integer"
+		case "!!float":
+			return "a number"
+		case "!!bool":
+			return "a boolean"
+		case "!!null":
+			return "null"
+		case "!!timestamp":
+			return "a timestamp"
+		case "!!binary":
+			return "binary data"
+		case "!!merge":
+			return "a merge key (<<)"
+		}
+		return "a scalar with a custom tag"
+	}
+	return "an unknown YAML node"
+}
