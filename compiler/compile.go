@@ -248,7 +248,6 @@ func (c *compilation) mounts() {
 		render.Mount{Destination: render.RunDir, Kind: render.MountTmpfs, Options: tmpfsOpts, SizeBytes: c.r.Limits.TmpfsBytes},
 		render.Mount{Destination: render.TmpDir, Kind: render.MountTmpfs, Options: []string{"nosuid", "nodev", "noexec", "mode=1777"}, SizeBytes: c.r.Limits.TmpfsBytes},
 	)
-	slices.SortFunc(ms, func(a, b render.Mount) int { return strings.Compare(a.Destination, b.Destination) })
 	c.r.Mounts = ms
 }
 
@@ -311,21 +310,16 @@ func (c *compilation) trace() {
 	c.r.Trace = render.TracePolicy{Mode: mode, Allow: slices.Compact(allow)}
 }
 
-// finish puts every list whose order carries no meaning into a canonical
-// order, so the digest changes only when something execution-relevant does.
+// finish assembles the collected parts into their canonical order.
 func (c *compilation) finish() {
 	for _, prog := range c.programs {
 		c.r.Programs = append(c.r.Programs, *prog)
 	}
-	slices.SortFunc(c.r.Programs, func(a, b render.Program) int { return strings.Compare(a.Path, b.Path) })
-	slices.SortFunc(c.r.Process.Env, func(a, b render.EnvVar) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(c.r.Files, func(a, b render.File) int { return strings.Compare(a.Path, b.Path) })
-	c.r.Artifacts = slices.Clone(c.spec.Artifacts)
-	slices.Sort(c.r.Artifacts)
-	if len(c.r.Artifacts) == 0 {
-		c.r.Artifacts = nil
+	if len(c.spec.Artifacts) > 0 {
+		c.r.Artifacts = slices.Clone(c.spec.Artifacts)
 	}
 	c.r.Engine.Exec = render.Exec{Path: c.spec.Engine.Path, Argv: slices.Clone(c.r.Process.Argv)}
+	c.r.SortLists()
 }
 
 // specErr reports an engine rule violation found while building.

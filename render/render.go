@@ -11,6 +11,9 @@
 package render
 
 import (
+	"slices"
+	"strings"
+
 	"hookbox.dev/hookbox/render/canonjson"
 )
 
@@ -183,6 +186,18 @@ const (
 type TracePolicy struct {
 	Mode  string   `json:"mode"`
 	Allow []string `json:"allow"`
+}
+
+// SortLists puts every list whose order carries no meaning (programs, env,
+// files, mounts, artifacts, trace allow) into canonical order, so the digest
+// changes only when something execution-relevant does.
+func (r *Render) SortLists() {
+	slices.SortFunc(r.Programs, func(a, b Program) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(r.Process.Env, func(a, b EnvVar) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(r.Files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(r.Mounts, func(a, b Mount) int { return strings.Compare(a.Destination, b.Destination) })
+	slices.Sort(r.Artifacts)
+	slices.Sort(r.Trace.Allow)
 }
 
 // Canonical returns the canonical JSON bytes of r.
