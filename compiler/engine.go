@@ -8,6 +8,7 @@ import (
 
 	"hookbox.dev/hookbox/compiler/shellwords"
 	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/canonjson"
 )
 
 // engineDef is everything hookbox knows about one engine kind. One file per
@@ -160,4 +161,22 @@ func model(c *compilation) any { return c.spec.Engine.Model }
 // note records a decision the compiler made for the user to see.
 func (c *compilation) note(format string, args ...any) {
 	c.r.Notes = append(c.r.Notes, fmt.Sprintf(format, args...))
+}
+
+// hookSettings builds the hooks document Claude Code, Codex and Gemini
+// share: {"hooks": {Event: [{"matcher": M, "hooks": [handler]}]}}, one
+// group per hook in declaration order. handler gives the engine-specific
+// entry for one hook.
+func (c *compilation) hookSettings(handler func(h *Hook) any) (string, error) {
+	type group struct {
+		Matcher string `json:"matcher,omitempty"`
+		Hooks   []any  `json:"hooks"`
+	}
+	events := map[string][]group{}
+	for i := range c.spec.Hooks {
+		h := &c.spec.Hooks[i]
+		events[h.Event] = append(events[h.Event], group{Matcher: h.Matcher, Hooks: []any{handler(h)}})
+	}
+	data, err := canonjson.Marshal(map[string]any{"hooks": events})
+	return string(data), err
 }

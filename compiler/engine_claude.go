@@ -108,29 +108,15 @@ func (c *compilation) addClaudeSettings() error {
 		Type    string   `json:"type"`
 		Command string   `json:"command"`
 		Args    []string `json:"args"`
-		Timeout int64    `json:"timeout,omitempty"`
+		Timeout int64    `json:"timeout,omitempty"` // seconds
 	}
-	type group struct {
-		Matcher string    `json:"matcher,omitempty"`
-		Hooks   []handler `json:"hooks"`
-	}
-	events := map[string][]group{}
-	for _, h := range c.spec.Hooks {
-		events[h.Event] = append(events[h.Event], group{
-			Matcher: h.Matcher,
-			Hooks: []handler{{
-				Type:    "command",
-				Command: h.Argv[0],
-				Args:    append([]string{}, h.Argv[1:]...),
-				Timeout: int64(h.Timeout.Seconds()),
-			}},
-		})
-	}
-	data, err := canonjson.Marshal(map[string]any{"hooks": events})
+	content, err := c.hookSettings(func(h *Hook) any {
+		return handler{Type: "command", Command: h.Argv[0], Args: append([]string{}, h.Argv[1:]...), Timeout: int64(h.Timeout.Seconds())}
+	})
 	if err != nil {
 		return err
 	}
-	c.addFile(claudeSettingsPath, 0o644, string(data))
+	c.addFile(claudeSettingsPath, 0o644, content)
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"hookbox.dev/hookbox/render"
-	"hookbox.dev/hookbox/render/canonjson"
 )
 
 // Codex CLI: `codex exec --json … -C /workspace -- PROMPT`. The workspace is
@@ -149,26 +148,16 @@ func (c *compilation) addCodexHooks() error {
 	type handler struct {
 		Type    string `json:"type"`
 		Command string `json:"command"`
-		Timeout int64  `json:"timeout,omitempty"`
+		Timeout int64  `json:"timeout,omitempty"` // seconds
 	}
-	type group struct {
-		Matcher string    `json:"matcher,omitempty"`
-		Hooks   []handler `json:"hooks"`
-	}
-	events := map[string][]group{}
-	for i := range c.spec.Hooks {
-		h := &c.spec.Hooks[i]
+	content, err := c.hookSettings(func(h *Hook) any {
 		_, command := c.hookChain(h)
-		events[h.Event] = append(events[h.Event], group{
-			Matcher: h.Matcher,
-			Hooks:   []handler{{Type: "command", Command: command, Timeout: int64(h.Timeout.Seconds())}},
-		})
-	}
-	data, err := canonjson.Marshal(map[string]any{"hooks": events})
+		return handler{Type: "command", Command: command, Timeout: int64(h.Timeout.Seconds())}
+	})
 	if err != nil {
 		return err
 	}
-	c.addFile(path.Join(codexHome, "hooks.json"), 0o644, string(data))
+	c.addFile(path.Join(codexHome, "hooks.json"), 0o644, content)
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"path"
 
 	"hookbox.dev/hookbox/render"
-	"hookbox.dev/hookbox/render/canonjson"
 )
 
 // Antigravity (Gemini) CLI: headless `--output-format json` emits one JSON
@@ -86,23 +85,13 @@ func (c *compilation) addGeminiSettings() error {
 		Command string `json:"command"`
 		Timeout int64  `json:"timeout,omitempty"` // milliseconds
 	}
-	type group struct {
-		Matcher string    `json:"matcher,omitempty"`
-		Hooks   []handler `json:"hooks"`
-	}
-	events := map[string][]group{}
-	for i := range c.spec.Hooks {
-		h := &c.spec.Hooks[i]
+	content, err := c.hookSettings(func(h *Hook) any {
 		_, command := c.hookChain(h)
-		events[h.Event] = append(events[h.Event], group{
-			Matcher: h.Matcher,
-			Hooks:   []handler{{Type: "command", Name: h.Name, Command: command, Timeout: h.Timeout.Milliseconds()}},
-		})
-	}
-	data, err := canonjson.Marshal(map[string]any{"hooks": events})
+		return handler{Type: "command", Name: h.Name, Command: command, Timeout: h.Timeout.Milliseconds()}
+	})
 	if err != nil {
 		return err
 	}
-	c.addFile(geminiSettingsPath, 0o644, string(data))
+	c.addFile(geminiSettingsPath, 0o644, content)
 	return nil
 }

@@ -34,17 +34,20 @@ type Parsed struct {
 
 // at returns the position of a field path (relative to the spawn), falling
 // back to the nearest enclosing field that has one.
-func (p *Parsed) at(path string) Pos {
-	full := p.prefix + path
+func (p *Parsed) at(path string) Pos { return nearestPos(p.pos, p.prefix+path) }
+
+// nearestPos returns the position recorded for path or, failing that, for
+// its nearest enclosing field.
+func nearestPos(pos map[string]Pos, path string) Pos {
 	for {
-		if pos, ok := p.pos[full]; ok {
-			return pos
+		if at, ok := pos[path]; ok {
+			return at
 		}
-		i := lastSep(full)
+		i := lastSep(path)
 		if i < 0 {
-			return p.pos[""]
+			return pos[""]
 		}
-		full = full[:i]
+		path = path[:i]
 	}
 }
 
@@ -169,18 +172,7 @@ func Parse(data []byte, file, dir string, readFile func(string) ([]byte, error))
 
 func (d *decoder) has(path string) bool { _, ok := d.pos[path]; return ok }
 
-func (d *decoder) at(path string) Pos {
-	for {
-		if pos, ok := d.pos[path]; ok {
-			return pos
-		}
-		i := lastSep(path)
-		if i < 0 {
-			return d.pos[""]
-		}
-		path = path[:i]
-	}
-}
+func (d *decoder) at(path string) Pos { return nearestPos(d.pos, path) }
 
 // yamlErrorPos extracts the line from yaml.v3's syntax errors ("yaml: line
 // 3: ..."); the library reports no column. Its "did not find expected …"
