@@ -48,6 +48,30 @@ type Render struct {
 	Trace         TracePolicy       `json:"trace"`
 	Artifacts     []string          `json:"artifacts,omitempty"`
 	Notes         []string          `json:"notes,omitempty"`
+	// Runfiles is the manifest of every file the programs need, filled by
+	// the runfiles stage (empty in a plan-only render). A changed engine
+	// binary changes it, and so the render digest.
+	Runfiles []Runfile `json:"runfiles,omitempty"`
+}
+
+// Runfile types.
+const (
+	RunfileFile    = "file"
+	RunfileSymlink = "symlink"
+	RunfileDir     = "dir"
+)
+
+// Runfile is one entry of the runfiles manifest. Path is both the container
+// path and the host path it was taken from: programs appear in the container
+// where the host has them, symlink hops included, so the paths in the render
+// are the paths an exec trace shows.
+type Runfile struct {
+	Path   string `json:"path"`
+	Type   string `json:"type"`
+	Mode   uint32 `json:"mode"`             // permission bits
+	Size   int64  `json:"size,omitempty"`   // files
+	SHA256 string `json:"sha256,omitempty"` // files: lowercase hex of the content
+	Target string `json:"target,omitempty"` // symlinks: the link text
 }
 
 // Engine describes the engine program and how the launcher treats it.
@@ -198,6 +222,7 @@ func (r *Render) SortLists() {
 	slices.SortFunc(r.Mounts, func(a, b Mount) int { return strings.Compare(a.Destination, b.Destination) })
 	slices.Sort(r.Artifacts)
 	slices.Sort(r.Trace.Allow)
+	slices.SortFunc(r.Runfiles, func(a, b Runfile) int { return strings.Compare(a.Path, b.Path) })
 }
 
 // Canonical returns the canonical JSON bytes of r.
