@@ -1,0 +1,124 @@
+// Package oci turns a render plus what only exists at launch (run id,
+// rootfs, mounts, resolved environment values) into an OCI runtime spec.
+//
+// The spec is containerd's default Linux spec with hookbox's hardening
+// applied as a list of small spec options in containerd's own SpecOpts form
+// (pkg/oci), each testable alone and reusable by the launcher with
+// containerd.WithNewSpec. The package is pure: it reads no files, starts
+// nothing and never writes a secret anywhere but the returned spec's
+// process environment.
+package oci
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	ctroci "github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"hookbox.dev/hookbox/render"
+)
+
+// Namespace is the containerd namespace every hookbox container lives in.
+const Namespace = "hookbox"
+
+// Annotations hookbox puts on every spec (and containers carry as labels).
+const (
+	AnnotationRunID        = "dev.hookbox.run-id"
+	AnnotationRenderDigest = "dev.hookbox.render-digest"
+	AnnotationSpawn        = "dev.hookbox.spawn"
+)
+
+// NofileLimit is the RLIMIT_NOFILE (soft and hard) of the container.
+const NofileLimit = 4096
+
+// cpuPeriod is the CFS period the CPU limit is expressed in (100 ms).
+const cpuPeriod = 100_000
+
+// Launch is what the spec needs beyond the render.
+type Launch struct {
+	RunID        string
+	RenderDigest string
+	// Rootfs is the root filesystem path (absolute, or relative to the bundle).
+	Rootfs string
+	// Mounts are the render's mounts as planned on this host, in order.
+	Mounts []specs.Mount
+	// EnvValues holds the values of host and secret variables, resolved at
+	// launch. A variable without a value gets PlaceholderValue (plan views).
+	EnvValues map[string]string
+}
+
+// PlaceholderValue stands for a value resolved at launch in specs printed
+// before a launch, and for every secret in a redacted spec.
+const PlaceholderValue = "<resolved at launch>"
+
+// CgroupsPath is the cgroup of a run: hookbox sets it itself so the tracer
+// can find the run's cgroup id (FIELD-NOTES "cgroups").
+func CgroupsPath(runID string) string { return "/hookbox/" + runID }
+
+// Options returns the spec options that build a run's spec, in order.
+func Options(r *render.Render, l Launch) []ctroci.SpecOpts {
+	return []ctroci.SpecOpts{
+		WithReadonlyRootfs(l.Rootfs),
+		WithProcess(r, l.EnvValues),
+		WithHostname(r.Spawn),
+		WithUnprivilegedUser(uint32(r.Process.UID), uint32(r.Process.GID)),
+		WithNoCapabilities(),
+		ctroci.WithNoNewPrivileges,
+		seccomp.WithDefaultProfile(),
+		WithIsolatedNamespaces(),
+		ctroci.WithCgroup(CgroupsPath(l.RunID)),
+		WithLimits(r.Limits),
+		WithNofile(NofileLimit),
+		WithNoexecDev(),
+		ctroci.WithoutRunMount,
+		WithPlannedMounts(l.Mounts),
+		ctroci.WithAnnotations(map[string]string{
+			AnnotationRunID:        l.RunID,
+			AnnotationRenderDigest: l.RenderDigest,
+			AnnotationSpawn:        r.Spawn,
+		}),
+	}
+}
+
+// Generate builds the spec of a run from containerd's default spec.
+func Generate(ctx context.Context, r *render.Render, l Launch) (*specs.Spec, error) {
+	if l.RunID == "" {
+		return nil, fmt.Errorf("oci: a run id is required")
+	}
+	ctx = namespaces.WithNamespace(ctx, Namespace)
+	spec, err := ctroci.GenerateSpec(ctx, nil, &containers.Container{ID: l.RunID}, Options(r, l)...)
+	if err != nil {
+		return nil, fmt.Errorf("oci: generate spec for %s: %w", r.Spawn, err)
+	}
+	return spec, nil
+}
+
+// Redact returns a copy of spec whose environment holds no value of a host
+// or secret variable of the render: the form written to the run record.
+func Redact(spec *specs.Spec, r *render.Render) *specs.Spec {
+	resolved := map[string]bool{}
+	for _, e := range r.Process.Env {
+		if e.Source == render.EnvSecret || e.Source == render.EnvHost {
+			resolved[e.Name] = true
+		}
+	}
+	out := *spec
+	if spec.Process != nil {
+		proc := *spec.Process
+		proc.Env = make([]string, len(spec.Process.Env))
+		for i, kv := range spec.Process.Env {
+			name, _, _ := strings.Cut(kv, "=")
+			if resolved[name] {
+				kv = name + "=" + PlaceholderValue
+			}
+			proc.Env[i] = kv
+		}
+		out.Process = &proc
+	}
+	return &out
+}

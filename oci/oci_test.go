@@ -1,0 +1,213 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	ctroci "github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"hookbox.dev/hookbox/compiler"
+	"hookbox.dev/hookbox/render"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// withOnly builds containerd's default spec with one option applied.
+func withOnly(t *testing.T, opt ctroci.SpecOpts) *specs.Spec {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), Namespace)
+	s, err := ctroci.GenerateSpec(ctx, nil, &containers.Container{ID: "t"}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func sampleRender(t *testing.T) *render.Render {
+	t.Helper()
+	spec := `apiVersion: hookbox.dev/v1alpha1
+kind: Spawn
+metadata: {name: sample}
+spec:
+  engine: {kind: claude, path: /opt/claude}
+  prompt: review
+  workspace: /src/ws
+  env: {allow: [LANG], set: {MODE: ci}}
+  secrets: [API_KEY]
+  limits: {memory: 512Mi, pids: 64, cpus: 1500m}
+`
+	parsed, err := compiler.Parse([]byte(spec), "sample.yaml", "/src", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := compiler.Compile(parsed[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestReadonlyRootfs(t *testing.T) {
+	s := withOnly(t, WithReadonlyRootfs("/runs/x/rootfs"))
+	if s.Root == nil || s.Root.Path != "/runs/x/rootfs" || !s.Root.Readonly {
+		t.Errorf("root %+v", s.Root)
+	}
+}
+
+func TestProcessEnvIsExactlyTheRender(t *testing.T) {
+	r := sampleRender(t)
+	s := withOnly(t, WithProcess(r, map[string]string{"API_KEY": "k", "LANG": "C.UTF-8"}))
+	want := []string{"API_KEY=k", "HOME=/run/hookbox/home", "LANG=C.UTF-8", "MODE=ci", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	if !slices.Equal(s.Process.Env, want) {
+		t.Errorf("env %q, want %q", s.Process.Env, want)
+	}
+	if !slices.Equal(s.Process.Args, r.Process.Argv) || s.Process.Cwd != "/workspace" || s.Process.Terminal {
+		t.Errorf("process %+v", s.Process)
+	}
+	plan := withOnly(t, WithProcess(r, nil))
+	if !slices.Contains(plan.Process.Env, "API_KEY="+PlaceholderValue) {
+		t.Errorf("without values, resolved variables carry the placeholder: %q", plan.Process.Env)
+	}
+}
+
+func TestUnprivilegedUser(t *testing.T) {
+	s := withOnly(t, WithUnprivilegedUser(65532, 65532))
+	if s.Process.User.UID != 65532 || s.Process.User.GID != 65532 || len(s.Process.User.AdditionalGids) != 0 {
+		t.Errorf("user %+v", s.Process.User)
+	}
+	ctx := namespaces.WithNamespace(context.Background(), Namespace)
+	if _, err := ctroci.GenerateSpec(ctx, nil, &containers.Container{ID: "t"}, WithUnprivilegedUser(0, 0)); err == nil {
+		t.Error("uid 0 must be refused")
+	}
+}
+
+func TestNoCapabilities(t *testing.T) {
+	caps := withOnly(t, WithNoCapabilities()).Process.Capabilities
+	for name, set := range map[string][]string{"bounding": caps.Bounding, "effective": caps.Effective,
+		"permitted": caps.Permitted, "inheritable": caps.Inheritable, "ambient": caps.Ambient} {
+		if len(set) != 0 {
+			t.Errorf("%s capabilities %q, want none", name, set)
+		}
+	}
+}
+
+func TestIsolatedNamespaces(t *testing.T) {
+	s := withOnly(t, WithIsolatedNamespaces())
+	for _, want := range isolatedNamespaces {
+		i := slices.IndexFunc(s.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == want })
+		if i < 0 || s.Linux.Namespaces[i].Path != "" {
+			t.Errorf("namespace %s must be new, got %+v", want, s.Linux.Namespaces)
+		}
+	}
+}
+
+func TestLimits(t *testing.T) {
+	res := withOnly(t, WithLimits(render.Limits{MemoryBytes: 1 << 30, Pids: 77, MilliCPUs: 1500})).Linux.Resources
+	if *res.Memory.Limit != 1<<30 || *res.Memory.Swap != 1<<30 {
+		t.Errorf("memory %+v (swap must equal the limit: no swap)", res.Memory)
+	}
+	if *res.Pids.Limit != 77 {
+		t.Errorf("pids %+v", res.Pids)
+	}
+	if *res.CPU.Quota != 150000 || *res.CPU.Period != 100000 {
+		t.Errorf("cpu quota %d period %d, want 150000/100000", *res.CPU.Quota, *res.CPU.Period)
+	}
+	if res := withOnly(t, WithLimits(render.Limits{})).Linux.Resources; res.CPU != nil && res.CPU.Quota != nil {
+		t.Errorf("no CPU limit requested, got %+v", res.CPU)
+	}
+}
+
+func TestNofile(t *testing.T) {
+	s := withOnly(t, WithNofile(4096))
+	i := slices.IndexFunc(s.Process.Rlimits, func(l specs.POSIXRlimit) bool { return l.Type == "RLIMIT_NOFILE" })
+	if i < 0 || s.Process.Rlimits[i].Soft != 4096 || s.Process.Rlimits[i].Hard != 4096 {
+		t.Errorf("rlimits %+v", s.Process.Rlimits)
+	}
+}
+
+func TestNoexecDevAndNoRunMount(t *testing.T) {
+	s := withOnly(t, WithNoexecDev())
+	for _, m := range s.Mounts {
+		if m.Destination == "/dev" && !slices.Contains(m.Options, "noexec") {
+			t.Errorf("/dev must be noexec: %q", m.Options)
+		}
+	}
+	s = withOnly(t, ctroci.WithoutRunMount)
+	for _, m := range s.Mounts {
+		if m.Destination == "/run" {
+			t.Error("the default /run tmpfs would be a writable, executable place")
+		}
+	}
+}
+
+func TestPlannedMountsCannotReplaceDefaults(t *testing.T) {
+	ctx := namespaces.WithNamespace(context.Background(), Namespace)
+	_, err := ctroci.GenerateSpec(ctx, nil, &containers.Container{ID: "t"}, WithPlannedMounts([]specs.Mount{{Destination: "/proc", Type: "bind", Source: "/"}}))
+	if err == nil {
+		t.Fatal("a planned mount over /proc must be refused")
+	}
+}
+
+func TestRedact(t *testing.T) {
+	r := sampleRender(t)
+	spec, err := Generate(context.Background(), r, Launch{RunID: "r1", Rootfs: "rootfs", EnvValues: map[string]string{"API_KEY": "hbx-sentinel-secret", "LANG": "hbx-sentinel-host"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(spec.Process.Env, "API_KEY=hbx-sentinel-secret") {
+		t.Fatalf("the container environment must hold the value: %q", spec.Process.Env)
+	}
+	redacted := Redact(spec, r)
+	data, _ := json.Marshal(redacted)
+	if bytes.Contains(data, []byte("hbx-sentinel")) {
+		t.Errorf("redacted spec still holds a resolved value")
+	}
+	if !slices.Contains(spec.Process.Env, "API_KEY=hbx-sentinel-secret") {
+		t.Error("Redact must not modify its input")
+	}
+}
+
+// TestSpecGolden: the full spec of a sample run, every option applied.
+func TestSpecGolden(t *testing.T) {
+	r := sampleRender(t)
+	spec, err := Generate(context.Background(), r, Launch{
+		RunID: "run-0001", RenderDigest: "sha256:0000", Rootfs: "rootfs",
+		Mounts: []specs.Mount{{Destination: "/workspace", Type: "bind", Source: "/src/ws", Options: []string{"rbind", "ro"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	golden := filepath.Join("testdata", "sample.spec.json")
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("spec differs from %s (go test ./oci -update after checking):\n%s", golden, got)
+	}
+	for _, must := range []string{`"readonly": true`, `"noNewPrivileges": true`, `"cgroupsPath": "/hookbox/run-0001"`, `"seccomp"`, `"maskedPaths"`, `"readonlyPaths"`, `"hostname": "sample"`} {
+		if !strings.Contains(string(got), must) {
+			t.Errorf("spec lacks %s", must)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/containerd/containerd/v2/core/containers"
+	ctroci "github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"hookbox.dev/hookbox/render"
+)
+
+// Each option below is one hardening decision, in containerd's SpecOpts form.
+
+type specOpt = ctroci.SpecOpts
+
+func ensureProcess(s *specs.Spec) {
+	if s.Process == nil {
+		s.Process = &specs.Process{}
+	}
+}
+
+func ensureLinux(s *specs.Spec) {
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+}
+
+// WithReadonlyRootfs sets the root filesystem and makes it read-only.
+func WithReadonlyRootfs(path string) specOpt {
+	return func(ctx context.Context, c ctroci.Client, ctr *containers.Container, s *specs.Spec) error {
+		if path == "" {
+			return fmt.Errorf("oci: rootfs path is empty")
+		}
+		if err := ctroci.WithRootFSPath(path)(ctx, c, ctr, s); err != nil {
+			return err
+		}
+		return ctroci.WithRootFSReadonly()(ctx, c, ctr, s)
+	}
+}
+
+// WithProcess sets argv, cwd and exactly the render's environment: no
+// default variable of containerd's spec survives (CONTRACTS §3).
+func WithProcess(r *render.Render, values map[string]string) specOpt {
+	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+		if len(r.Process.Argv) == 0 {
+			return fmt.Errorf("oci: the render has no argv")
+		}
+		ensureProcess(s)
+		s.Process.Args = slices.Clone(r.Process.Argv)
+		s.Process.Cwd = r.Process.Cwd
+		s.Process.Terminal = false
+		env := make([]string, 0, len(r.Process.Env))
+		for _, e := range r.Process.Env {
+			value := e.Value
+			if e.Source == render.EnvHost || e.Source == render.EnvSecret {
+				v, ok := values[e.Name]
+				if !ok {
+					v = PlaceholderValue
+				}
+				value = v
+			}
+			env = append(env, e.Name+"="+value)
+		}
+		s.Process.Env = env
+		return nil
+	}
+}
+
+// WithHostname names the UTS namespace after the spawn.
+func WithHostname(name string) specOpt { return ctroci.WithHostname(name) }
+
+// WithUnprivilegedUser runs the process as uid:gid with no supplementary
+// groups.
+func WithUnprivilegedUser(uid, gid uint32) specOpt {
+	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+		if uid == 0 {
+			return fmt.Errorf("oci: refusing to run the engine as root")
+		}
+		ensureProcess(s)
+		s.Process.User = specs.User{UID: uid, GID: gid}
+		return nil
+	}
+}
+
+// WithNoCapabilities empties every capability set, ambient included.
+func WithNoCapabilities() specOpt {
+	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+		ensureProcess(s)
+		s.Process.Capabilities = &specs.LinuxCapabilities{
+			Bounding: []string{}, Effective: []string{}, Permitted: []string{}, Inheritable: []string{}, Ambient: []string{},
+		}
+		return nil
+	}
+}
+
+// isolatedNamespaces are the namespaces every run gets fresh. A new network
+// namespace without configuration has only a loopback interface.
+var isolatedNamespaces = []specs.LinuxNamespaceType{
+	specs.PIDNamespace, specs.MountNamespace, specs.IPCNamespace,
+	specs.UTSNamespace, specs.NetworkNamespace, specs.CgroupNamespace,
+}
+
+// WithIsolatedNamespaces gives the run new pid, mount, ipc, uts, network
+// and cgroup namespaces (never a path to an existing one).
+func WithIsolatedNamespaces() specOpt {
+	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+		ensureLinux(s)
+		var ns []specs.LinuxNamespace
+		for _, n := range s.Linux.Namespaces {
+			if !slices.Contains(isolatedNamespaces, n.Type) {
+				ns = append(ns, n)
+			}
+		}
+		for _, t := range isolatedNamespaces {
+			ns = append(ns, specs.LinuxNamespace{Type: t})
+		}
+		s.Linux.Namespaces = ns
+		return nil
+	}
+}
+
+// WithLimits applies memory (swap included, so no swap), pids and CPU limits.
+func WithLimits(l render.Limits) specOpt {
+	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+		ensureLinux(s)
+		if s.Linux.Resources == nil {
+			s.Linux.Resources = &specs.LinuxResources{}
+		}
+		res := s.Linux.Resources
+		if l.MemoryBytes > 0 {
+			mem, swap := l.MemoryBytes, l.MemoryBytes
+			res.Memory = &specs.LinuxMemory{Limit: &mem, Swap: &swap}
+		}
+		if l.Pids > 0 {
+			res.Pids = &specs.LinuxPids{Limit: &l.Pids}
+		}
+		if l.MilliCPUs > 0 {
+			quota, period := l.MilliCPUs*cpuPeriod/1000, uint64(cpuPeriod)
+			if res.CPU == nil {
+				res.CPU = &specs.LinuxCPU{}
+			}
+			res.CPU.Quota, res.CPU.Period = &quota, &period
+		}
+		return nil
+	}
+}
+
+// WithNofile sets RLIMIT_NOFILE (soft and hard).
+func WithNofile(n uint64) specOpt {
+	return ctroci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_NOFILE", Hard: n, Soft: n})
+}
+
+// WithNoexecDev adds noexec to the /dev tmpfs of the default spec, so no
+// writable place in the container can hold a program.
+func WithNoexecDev() specOpt {
+	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+		for i := range s.Mounts {
+			if s.Mounts[i].Destination == "/dev" && !slices.Contains(s.Mounts[i].Options, "noexec") {
+				s.Mounts[i].Options = append(s.Mounts[i].Options, "noexec")
+			}
+		}
+		return nil
+	}
+}
+
+// WithPlannedMounts appends the run's planned mounts after the defaults,
+// refusing any that would replace a default mount (/proc, /dev, /sys…).
+func WithPlannedMounts(mounts []specs.Mount) specOpt {
+	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+		for _, m := range mounts {
+			for _, d := range s.Mounts {
+				if d.Destination == m.Destination {
+					return fmt.Errorf("oci: mount at %s would replace a default mount", m.Destination)
+				}
+			}
+			s.Mounts = append(s.Mounts, m)
+		}
+		return nil
+	}
+}
