@@ -70,10 +70,18 @@ func (c *compilation) scriptStep(s ScriptStep) (render.ScriptStep, error) {
 	out := render.ScriptStep{
 		Stderr:        s.Stderr,
 		SleepMS:       s.Sleep.Milliseconds(),
-		Hook:          s.Hook,
 		AllocateBytes: s.Allocate.Value(),
 		EnvHash:       s.EnvHash,
 		Exit:          s.Exit,
+	}
+	if s.Hook != "" {
+		// The step names a hook; the engine fires its event (and, for a
+		// tool event, a tool its matcher accepts), as Claude Code would.
+		for _, h := range c.spec.Hooks {
+			if h.Name == s.Hook {
+				out.Hook = &render.ScriptHook{Event: h.Event, Tool: h.Matcher}
+			}
+		}
 	}
 	if s.Print != nil {
 		data, err := canonjson.Marshal(s.Print)

@@ -112,7 +112,7 @@ type ScriptStep struct {
 	Stderr    string         `json:"stderr,omitempty" doc:"Print one line on stderr."`
 	Sleep     Duration       `json:"sleep,omitempty"`
 	Write     *WriteStep     `json:"write,omitempty" doc:"Write a file under /run/hookbox."`
-	Hook      string         `json:"hook,omitempty" doc:"Run the named hook the way Claude Code does (direct exec)."`
+	Hook      string         `json:"hook,omitempty" doc:"Fire the event of the named hook the way Claude Code does: every hook of that event runs (exec form: direct exec). For a tool event the hook's matcher is used as the tool name, so write a literal tool name as matcher."`
 	Daemonize *DaemonizeStep `json:"daemonize,omitempty" doc:"Start a child that daemonizes (setsid, double fork) and ignores SIGTERM."`
 	Allocate  Quantity       `json:"allocate,omitempty" doc:"Allocate and touch this much memory."`
 	Fork      *ForkStep      `json:"fork,omitempty" doc:"Fork children that sleep."`

@@ -28,9 +28,11 @@ type ScriptStep struct {
 	SleepMS int64 `json:"sleep_ms,omitempty"`
 	// Write creates or replaces a file (parents created) under RunDir.
 	Write *ScriptWrite `json:"write,omitempty"`
-	// Hook runs the named hook from the settings file the way Claude Code
-	// does: exec form (command + args) directly; command alone with /bin/sh -c.
-	Hook string `json:"hook,omitempty"`
+	// Hook fires a hook event the way Claude Code does: every handler of
+	// that event in the settings file (whose matcher matches Tool, for tool
+	// events) runs with the event's JSON on stdin; exec form (command +
+	// args) directly, command alone with /bin/sh -c.
+	Hook *ScriptHook `json:"hook,omitempty"`
 	// Daemonize starts a child that calls setsid, forks again, ignores
 	// SIGTERM and sleeps forever, with Marker in its argv.
 	Daemonize *ScriptDaemonize `json:"daemonize,omitempty"`
@@ -44,6 +46,11 @@ type ScriptStep struct {
 	Exec []string `json:"exec,omitempty"`
 	// Exit ends the engine with this code.
 	Exit *int `json:"exit,omitempty"`
+}
+
+type ScriptHook struct {
+	Event string `json:"event"`
+	Tool  string `json:"tool,omitempty"`
 }
 
 type ScriptWrite struct {
