@@ -1,0 +1,119 @@
+package mounts
+
+import (
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzResolveArtifacts: any declared entry resolves without panicking to
+// exactly one match, and a found match is a local path of the right kind.
+func FuzzResolveArtifacts(f *testing.F) {
+	for _, seed := range []string{
+		"report.md", "dup.txt", "out/", "out/logs/", "out/summary.md", "a/nested/deep.txt",
+		"../etc/passwd", "/etc/passwd", "", ".", "..", "./", "//", "out//logs/", "linkdir/",
+		"linked.txt", "isdir", "a/../../x", "\x00", "out/\x00", strings.Repeat("a/", 300),
+	} {
+		f.Add(seed)
+	}
+	root := artifactTree(f)
+	f.Fuzz(func(t *testing.T, declared string) {
+		got := ResolveArtifacts(root, []string{declared})
+		if len(got) != 1 || got[0].Declared != declared {
+			t.Fatalf("got %+v for %q", got, declared)
+		}
+		m := got[0]
+		switch m.Status {
+		case ArtifactFound:
+			if !filepath.IsLocal(m.Path) || path.Clean(m.Path) != m.Path {
+				t.Fatalf("%q matched %q, which is not a clean local path", declared, m.Path)
+			}
+			fi, err := os.Lstat(filepath.Join(root, m.Path))
+			if err != nil {
+				t.Fatalf("%q matched %q, which does not exist: %v", declared, m.Path, err)
+			}
+			if strings.HasSuffix(declared, "/") != fi.IsDir() || (!fi.IsDir() && !fi.Mode().IsRegular()) {
+				t.Fatalf("%q matched %q, a %s", declared, m.Path, typeName(fi.Mode()))
+			}
+		case ArtifactMissing, ArtifactUnchecked:
+			if m.Path != "" || m.Reason == "" {
+				t.Fatalf("%q: %+v", declared, m)
+			}
+		default:
+			t.Fatalf("%q: status %q", declared, m.Status)
+		}
+	})
+}
+
+// FuzzValidateDestination: no destination panics the shape check, and any
+// accepted one is absolute, clean and outside /proc, /sys and /dev.
+func FuzzValidateDestination(f *testing.F) {
+	for _, seed := range []string{"/workspace", "/grants/x", "/proc", "/proc/x", "/procx", "/sys/../x", "relative", "", "/", "//", "/dev/", "/a/./b", "/\x00"} {
+		f.Add(seed, "/grants")
+	}
+	f.Fuzz(func(t *testing.T, dest, other string) {
+		err := validateShape(Plan{Mounts: []Mount{bindRO(other, "/src/a"), bindRO(dest, "/src/b")}})
+		if checkDestination(dest) != nil || checkDestination(other) != nil {
+			if err == nil {
+				t.Fatalf("accepted bad destinations %q, %q", dest, other)
+			}
+			return
+		}
+		if !path.IsAbs(dest) || path.Clean(dest) != dest || dest == "/" {
+			t.Fatalf("accepted %q", dest)
+		}
+		for _, root := range forbiddenRoots {
+			if dest == root || strings.HasPrefix(dest, root+"/") {
+				t.Fatalf("accepted %q under %s", dest, root)
+			}
+		}
+		wantOrderErr := dest != other && within(other, dest)
+		if (err != nil) != (dest == other || wantOrderErr) {
+			t.Fatalf("%q then %q: %v", other, dest, err)
+		}
+	})
+}
+
+// FuzzParseMountInfo: the mountinfo parser never panics, and a line it
+// accepts has a mountpoint and a filesystem type.
+func FuzzParseMountInfo(f *testing.F) {
+	f.Add([]byte("42 27 0:39 / /tmp/exp1 rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=980k,mode=700,uid=65532,gid=65532\n"))
+	f.Add([]byte("36 35 98:0 /mnt1 /mnt\\0402 rw,noatime master:1 shared:2 - ext3 /dev/root rw,errors=continue\n"))
+	f.Add([]byte("1 2 3 4 5 6 -\n"))
+	f.Add([]byte("\\\\\\0\n\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		entries, err := parseMountInfo(data)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			if e.FSType == "" && e.MountPoint == "" {
+				t.Fatalf("accepted an empty entry from %q", data)
+			}
+		}
+	})
+}
+
+func TestParseMountInfo(t *testing.T) {
+	data := "36 35 98:0 /mnt1 /mnt\\040two rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n" +
+		"42 27 0:39 / /run/x rw,nosuid,nodev,noexec - tmpfs tmpfs rw,size=980k,mode=700\n" +
+		"43 27 0:40 / /run/x rw - tmpfs tmpfs rw,size=4k\n"
+	entries, err := parseMountInfo([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 3 || entries[0].MountPoint != "/mnt two" || entries[0].FSType != "ext3" || entries[0].Source != "/dev/root" {
+		t.Fatalf("parsed %+v", entries)
+	}
+	if top := lastAt(entries, "/run/x"); top == nil || top.SuperOptions[1] != "size=4k" {
+		t.Errorf("topmost mount at /run/x = %+v, want the later one", top)
+	}
+	if _, err := parseMountInfo([]byte("36 35 98:0 /mnt1 /mnt rw\n")); err == nil {
+		t.Error("accepted a line without the separator")
+	}
+	if parseSize("980k") != 980<<10 || parseSize("2g") != 2<<30 || parseSize("x") != -1 {
+		t.Error("parseSize")
+	}
+}

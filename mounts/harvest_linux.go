@@ -1,0 +1,341 @@
+package mounts
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"slices"
+
+	"golang.org/x/sys/unix"
+)
+
+// SkipReason says why Harvest did not copy an entry.
+type SkipReason string
+
+// Skip reasons.
+const (
+	SkipSymlink    SkipReason = "symlink"    // never followed, never copied
+	SkipFIFO       SkipReason = "fifo"       // never opened
+	SkipDevice     SkipReason = "device"     // character or block device
+	SkipSocket     SkipReason = "socket"     // never connected
+	SkipOverCap    SkipReason = "over-cap"   // the size cap was reached
+	SkipUnreadable SkipReason = "unreadable" // open, stat or read failed
+	SkipTooDeep    SkipReason = "too-deep"   // nested deeper than MaxHarvestDepth
+)
+
+// MaxHarvestDepth bounds how deep Harvest descends (each level holds one
+// open directory).
+const MaxHarvestDepth = 128
+
+// Skipped is one entry Harvest did not copy.
+type Skipped struct {
+	// Path is slash-separated and relative to the harvested root.
+	Path   string     `json:"path"`
+	Reason SkipReason `json:"reason"`
+	// Detail: a symlink's target text, a file's size, or the error.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Report is what Harvest copied and what it skipped. It is written into
+// the run record; a partial harvest is always visible in it.
+type Report struct {
+	Files    int   `json:"files"`
+	Dirs     int   `json:"dirs"`
+	Bytes    int64 `json:"bytes"`
+	CapBytes int64 `json:"cap_bytes"`
+	// CapReached: a file did not fit under CapBytes; it and every entry
+	// after it (in sorted walk order) are in Skipped as over-cap.
+	CapReached bool      `json:"cap_reached"`
+	Skipped    []Skipped `json:"skipped,omitempty"`
+}
+
+// Complete reports whether every entry was copied.
+func (r Report) Complete() bool { return len(r.Skipped) == 0 }
+
+// Harvest copies the regular files and directories under src into dst
+// (created 0700 if missing) and reports every entry it skipped and why.
+//
+// It never follows a symlink: every entry is opened relative to its parent
+// directory's fd with openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+// RESOLVE_NO_XDEV, so nothing outside src (and no other mount inside it)
+// is read. Symlinks, fifos, devices and sockets are reported, never opened.
+// Entries are visited in sorted order, so the same tree gives the same
+// result every time.
+//
+// Permission bits are preserved; setuid, setgid and sticky bits are
+// dropped. Files are created 0600 and get their mode once written;
+// directories get theirs once filled. Copies are owned by the caller, not
+// the container user. Hard links are copied once per name. Harvesting
+// again into the same dst (a retry) replaces the files copied before.
+//
+// capBytes (required, > 0) caps the bytes copied; a sparse file counts at
+// its full size, since its copy is not sparse. The first regular file that
+// does not fit stops the copy: it and every later entry are reported
+// over-cap (a directory once, without visiting it), and CapReached is set.
+//
+// Problems reading src are reported as skipped entries; problems writing
+// dst end the harvest with an error, and the report still says what was
+// copied until then.
+func Harvest(src, dst string, capBytes int64) (Report, error) {
+	rep := Report{CapBytes: capBytes}
+	if capBytes <= 0 {
+		return rep, fmt.Errorf("%w: harvest of %s needs a positive size cap, got %d; pass the tmpfs size (Plan.RunDirBytes) or the run record's limit", ErrInvalid, src, capBytes)
+	}
+	srcfd, err := openat2(unix.AT_FDCWD, src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, unix.RESOLVE_NO_MAGICLINKS)
+	if err != nil {
+		return rep, fmt.Errorf("harvest: opening %s: %w", src, err)
+	}
+	defer unix.Close(srcfd)
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return rep, fmt.Errorf("harvest: %w", err)
+	}
+	dstfd, err := openat2(unix.AT_FDCWD, dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, unix.RESOLVE_NO_MAGICLINKS)
+	if err != nil {
+		return rep, fmt.Errorf("harvest: opening %s: %w", dst, err)
+	}
+	defer unix.Close(dstfd)
+	h := &harvester{rep: &rep, cap: capBytes}
+	if err := h.dir(srcfd, dstfd, "", 0); err != nil {
+		return rep, fmt.Errorf("harvest %s into %s: %w", src, dst, err)
+	}
+	return rep, nil
+}
+
+type harvester struct {
+	rep     *Report
+	cap     int64
+	copyBuf []byte
+}
+
+func (h *harvester) skip(rel string, why SkipReason, detail string) {
+	h.rep.Skipped = append(h.rep.Skipped, Skipped{Path: rel, Reason: why, Detail: detail})
+}
+
+// dir copies the entries of the open source directory srcfd into dstfd.
+// rel is srcfd's slash path relative to the root ("" for the root).
+func (h *harvester) dir(srcfd, dstfd int, rel string, depth int) error {
+	names, err := readNames(srcfd)
+	if err != nil {
+		h.skip(orDot(rel), SkipUnreadable, "listing: "+err.Error())
+		return nil
+	}
+	for _, name := range names {
+		if err := h.entry(srcfd, dstfd, name, path.Join(rel, name), depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *harvester) entry(srcfd, dstfd int, name, rel string, depth int) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(srcfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		h.skip(rel, SkipUnreadable, err.Error())
+		return nil
+	}
+	if why, ok := specialReason(st.Mode); ok {
+		detail := kindName(st.Mode)
+		if why == SkipSymlink {
+			buf := make([]byte, unix.PathMax)
+			if n, err := unix.Readlinkat(srcfd, name, buf); err == nil {
+				detail = "-> " + string(buf[:n])
+			}
+		}
+		h.skip(rel, why, detail)
+		return nil
+	}
+	if h.rep.CapReached {
+		h.skip(rel, SkipOverCap, "cap of "+fmt.Sprint(h.cap)+" bytes already reached")
+		return nil
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		if depth >= MaxHarvestDepth {
+			h.skip(rel, SkipTooDeep, fmt.Sprintf("deeper than %d levels", MaxHarvestDepth))
+			return nil
+		}
+		return h.subdir(srcfd, dstfd, name, rel, depth)
+	case unix.S_IFREG:
+		return h.file(srcfd, dstfd, name, rel)
+	}
+	h.skip(rel, SkipUnreadable, kindName(st.Mode))
+	return nil
+}
+
+// specialReason maps a file type that is never opened to its skip reason.
+func specialReason(mode uint32) (SkipReason, bool) {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return SkipSymlink, true
+	case unix.S_IFIFO:
+		return SkipFIFO, true
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return SkipDevice, true
+	case unix.S_IFSOCK:
+		return SkipSocket, true
+	}
+	return "", false
+}
+
+// openSource opens an entry of srcfd without following any link, and
+// checks it is still the type it was when listed (it may have been
+// swapped meanwhile). ok=false means it was skipped and reported.
+func (h *harvester) openSource(srcfd int, name, rel string, flags uint64, want uint32) (int, unix.Stat_t, bool) {
+	var st unix.Stat_t
+	fd, err := openat2(srcfd, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0, beneathNoSymlinks)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			h.skip(rel, SkipSymlink, "became a symlink while harvesting")
+		} else {
+			h.skip(rel, SkipUnreadable, err.Error())
+		}
+		return -1, st, false
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		h.skip(rel, SkipUnreadable, err.Error())
+		return -1, st, false
+	}
+	if st.Mode&unix.S_IFMT != want {
+		unix.Close(fd)
+		why, ok := specialReason(st.Mode)
+		if !ok {
+			why = SkipUnreadable
+		}
+		h.skip(rel, why, "changed to a "+kindName(st.Mode)+" while harvesting")
+		return -1, st, false
+	}
+	return fd, st, true
+}
+
+func (h *harvester) subdir(srcfd, dstfd int, name, rel string, depth int) error {
+	sub, st, ok := h.openSource(srcfd, name, rel, unix.O_RDONLY|unix.O_DIRECTORY, unix.S_IFDIR)
+	if !ok {
+		return nil
+	}
+	defer unix.Close(sub)
+	if err := unix.Mkdirat(dstfd, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("creating %s: %w", rel, err)
+	}
+	out, err := openat2(dstfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, beneathNoSymlinks)
+	if err != nil {
+		return fmt.Errorf("opening %s in the destination: %w", rel, err)
+	}
+	defer unix.Close(out)
+	// Writable while being filled (it may be left read-only by an earlier
+	// harvest); the final mode is set last.
+	if err := unix.Fchmod(out, 0o700); err != nil {
+		return fmt.Errorf("opening %s in the destination: %w", rel, err)
+	}
+	h.rep.Dirs++
+	if err := h.dir(sub, out, rel, depth+1); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(out, st.Mode&0o777); err != nil {
+		return fmt.Errorf("setting the mode of %s: %w", rel, err)
+	}
+	return nil
+}
+
+func (h *harvester) file(srcfd, dstfd int, name, rel string) error {
+	in, st, ok := h.openSource(srcfd, name, rel, unix.O_RDONLY, unix.S_IFREG)
+	if !ok {
+		return nil
+	}
+	defer unix.Close(in)
+	if st.Size > h.cap-h.rep.Bytes {
+		h.rep.CapReached = true
+		h.skip(rel, SkipOverCap, fmt.Sprintf("%d bytes; %d of the %d-byte cap left", st.Size, h.cap-h.rep.Bytes, h.cap))
+		return nil
+	}
+	// A copy left by an earlier harvest is replaced, never written through
+	// (it may be read-only, or a hard link).
+	if err := unix.Unlinkat(dstfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("replacing %s: %w", rel, err)
+	}
+	out, err := openat2(dstfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600, beneathNoSymlinks)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", rel, err)
+	}
+	defer unix.Close(out)
+	readErr, err := copyFD(out, in, st.Size, h.buf())
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", rel, err)
+	}
+	if readErr != nil {
+		h.skip(rel, SkipUnreadable, readErr.Error())
+		if err := unix.Unlinkat(dstfd, name, 0); err != nil {
+			return fmt.Errorf("removing the partial copy of %s: %w", rel, err)
+		}
+		return nil
+	}
+	if err := unix.Fchmod(out, st.Mode&0o777); err != nil {
+		return fmt.Errorf("setting the mode of %s: %w", rel, err)
+	}
+	h.rep.Bytes += st.Size
+	h.rep.Files++
+	return nil
+}
+
+func (h *harvester) buf() []byte {
+	if h.copyBuf == nil {
+		h.copyBuf = make([]byte, 256<<10)
+	}
+	return h.copyBuf
+}
+
+// copyFD copies exactly size bytes from in to out (fewer if in ends
+// first, which is then a read error). It tells read errors (the source's
+// problem: skip the file) from write errors (the destination's: stop).
+func copyFD(out, in int, size int64, buf []byte) (readErr, writeErr error) {
+	for size > 0 {
+		chunk := buf[:min(int64(len(buf)), size)]
+		n, err := unix.Read(in, chunk)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err, nil
+		}
+		if n == 0 {
+			return fmt.Errorf("file shrank: %d bytes short", size), nil
+		}
+		for w := chunk[:n]; len(w) > 0; {
+			m, err := unix.Write(out, w)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			w = w[m:]
+		}
+		size -= int64(n)
+	}
+	return nil, nil
+}
+
+// readNames lists a directory fd's entries in sorted order. The fd stays
+// open and owned by the caller.
+func readNames(dirfd int) ([]string, error) {
+	dup, err := unix.Dup(dirfd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func orDot(rel string) string {
+	if rel == "" {
+		return "."
+	}
+	return rel
+}

@@ -1,0 +1,122 @@
+package mounts
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/render"
+)
+
+// requireRoot gates tests that mount, mknod or chown. They skip when not
+// root, except under HOOKBOX_REQUIRE_ROOT=1 (CI's root job), where not
+// being root is a failure: a machine that should run them must not pass by
+// skipping.
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("HOOKBOX_REQUIRE_ROOT") == "1" {
+		t.Fatalf("HOOKBOX_REQUIRE_ROOT=1 but running as uid %d; run the tests as root", os.Geteuid())
+	}
+	t.Skipf("needs root (uid %d); set HOOKBOX_REQUIRE_ROOT=1 to make this a failure", os.Geteuid())
+}
+
+// wantErr checks err is in category sentinel and mentions every substring.
+func wantErr(t *testing.T, err, sentinel error, substrings ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want %v", sentinel)
+	}
+	if sentinel != nil && !errors.Is(err, sentinel) {
+		t.Fatalf("error %q is not %v", err, sentinel)
+	}
+	for _, s := range substrings {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %q", err, s)
+		}
+	}
+}
+
+// sampleRender is a render with the mounts the compiler makes: workspace,
+// two grants, the tmpfs run dir and /tmp.
+func sampleRender(workspace string, grants ...string) *render.Render {
+	r := &render.Render{
+		Mounts: []render.Mount{
+			{Destination: render.WorkspaceDir, Kind: render.MountBind, Source: workspace, ReadOnly: true},
+		},
+		Files: []render.File{
+			{Path: render.ConfigDir + "/claude-settings.json", Mode: 0o644, Content: "{}"},
+			{Path: render.HomeDir + "/.claude.json", Mode: 0o600, Content: "{}"},
+		},
+		Limits: render.Limits{TmpfsBytes: 1 << 30},
+	}
+	for _, g := range grants {
+		r.Mounts = append(r.Mounts, render.Mount{
+			Destination: render.GrantsDir + "/" + lastElem(g), Kind: render.MountBind, Source: g, ReadOnly: true,
+		})
+	}
+	r.Mounts = append(r.Mounts,
+		render.Mount{Destination: render.RunDir, Kind: render.MountTmpfs, Options: []string{"nosuid", "nodev", "noexec", "mode=0700"}, SizeBytes: 64 << 20},
+		render.Mount{Destination: render.TmpDir, Kind: render.MountTmpfs, Options: []string{"nosuid", "nodev", "noexec", "mode=1777"}, SizeBytes: 32 << 20},
+	)
+	return r
+}
+
+func lastElem(p string) string { return p[strings.LastIndex(p, "/")+1:] }
+
+// bindRO is a read-only bind as MountPlan makes it without rro.
+func bindRO(dest, src string) Mount {
+	return Mount{Destination: dest, Type: TypeBind, Source: src, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}, DestKind: KindDir}
+}
+
+func tmpfsMount(dest string) Mount {
+	return Mount{Destination: dest, Type: TypeTmpfs, Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=1777", "size=1024"}, DestKind: KindDir}
+}
+
+func destinations(ms []Mount) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Destination
+	}
+	return out
+}
+
+func mkdirs(t *testing.T, dirs ...string) {
+	t.Helper()
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func writeFile(t *testing.T, p, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func symlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func kernelRelease(t *testing.T) string {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
