@@ -12,6 +12,7 @@ package oci
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/containerd/containerd/v2/contrib/seccomp"
@@ -20,6 +21,7 @@ import (
 	ctroci "github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -121,4 +123,19 @@ func Redact(spec *specs.Spec, r *render.Render) *specs.Spec {
 		out.Process = &proc
 	}
 	return &out
+}
+
+// MountsFromPlan converts the mount plan into runtime-spec mounts, in plan
+// order (parents before children).
+func MountsFromPlan(plan mounts.Plan) []specs.Mount {
+	out := make([]specs.Mount, 0, len(plan.Mounts))
+	for _, m := range plan.Mounts {
+		out = append(out, specs.Mount{
+			Destination: m.Destination,
+			Type:        m.Type,
+			Source:      m.Source,
+			Options:     slices.Clone(m.Options),
+		})
+	}
+	return out
 }
