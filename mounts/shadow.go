@@ -41,3 +41,9 @@ func shadowingDir(path string) string {
 	}
 	return ""
 }
+
+// RunHostPaths is where a run keeps its host-side mount sources inside its
+// run record directory: the generated config files and the tmpfs mountpoint.
+func RunHostPaths(runRecordDir string) HostPaths {
+	return HostPaths{ConfigDir: runRecordDir + "/etc", RunDir: runRecordDir + "/tmpfs"}
+}

@@ -42,7 +42,10 @@ func WithReadonlyRootfs(path string) specOpt {
 }
 
 // WithProcess sets argv, cwd and exactly the render's environment: no
-// default variable of containerd's spec survives (CONTRACTS §3).
+// default variable of containerd's spec survives (CONTRACTS §3). values
+// holds the launch-time values of host and secret variables; nil means a
+// plan view, where they show PlaceholderValue. At launch, a host variable
+// without a value is left out and a secret without one is an error.
 func WithProcess(r *render.Render, values map[string]string) specOpt {
 	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
 		if len(r.Process.Argv) == 0 {
@@ -57,8 +60,13 @@ func WithProcess(r *render.Render, values map[string]string) specOpt {
 			value := e.Value
 			if e.Source == render.EnvHost || e.Source == render.EnvSecret {
 				v, ok := values[e.Name]
-				if !ok {
+				switch {
+				case values == nil:
 					v = PlaceholderValue
+				case !ok && e.Source == render.EnvHost:
+					continue
+				case !ok:
+					return fmt.Errorf("oci: secret %s has no value at launch", e.Name)
 				}
 				value = v
 			}

@@ -2,15 +2,22 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"runtime"
 	"strings"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/compiler"
+	"hookbox.dev/hookbox/mounts"
+	"hookbox.dev/hookbox/oci"
 	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/runfiles"
 )
 
 func newRootCommand() *cobra.Command {
@@ -21,7 +28,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRenderCommand(), newSchemaCommand(), newVersionCommand())
+	root.AddCommand(newRenderCommand(), newSchemaCommand(), newImageCommand(), newVersionCommand())
 	return root
 }
 
@@ -33,11 +40,13 @@ func newRenderCommand() *cobra.Command {
 		Long: `Compile a spawn spec (YAML or JSON) and print the render: the exact plan of
 each spawn. --format json prints canonical JSON (a SpawnList prints a JSON
 array); the sha256 of one render's canonical bytes is its digest.
---format text prints a view for humans, digest included.`,
+--format text prints a view for humans, digest included. --format oci prints
+the OCI runtime spec a run would get (run id "plan", values resolved at
+launch shown as placeholders).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != "json" && format != "text" {
-				return usageError{fmt.Errorf("--format %q: use json or text", format)}
+			if format != "json" && format != "text" && format != "oci" {
+				return usageError{fmt.Errorf("--format %q: use json, text or oci", format)}
 			}
 			renders, err := compiler.CompileFile(args[0])
 			if err != nil {
@@ -57,7 +66,7 @@ array); the sha256 of one render's canonical bytes is its digest.
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "json", "output format: json or text")
+	cmd.Flags().StringVar(&format, "format", "json", "output format: json, text or oci")
 	cmd.Flags().StringVar(&spawn, "spawn", "", "print only the spawn with this name")
 	return cmd
 }
@@ -80,6 +89,19 @@ func writeRenders(w io.Writer, renders []*render.Render, format string) error {
 			return err
 		}
 		switch {
+		case format == "oci":
+			spec, err := planSpec(r, digest)
+			if err != nil {
+				return err
+			}
+			data, err := json.MarshalIndent(spec, "", "  ")
+			if err != nil {
+				return err
+			}
+			if len(renders) > 1 {
+				fmt.Fprintf(w, "# spawn %s\n", r.Spawn)
+			}
+			fmt.Fprintf(w, "%s\n", data)
 		case format == "text":
 			if i > 0 {
 				fmt.Fprintln(w)
@@ -99,6 +121,21 @@ func writeRenders(w io.Writer, renders []*render.Render, format string) error {
 		}
 	}
 	return nil
+}
+
+// planRunID names the run of a spec printed before any launch.
+const planRunID = "plan"
+
+// planSpec is the OCI spec a run of r would get, before launch.
+func planSpec(r *render.Render, digest string) (*specs.Spec, error) {
+	host := mounts.RunHostPaths(filepath.Join(runfiles.DefaultStateDir(), "runs", planRunID))
+	plan, err := mounts.MountPlan(r, host, mounts.HostFeatures())
+	if err != nil {
+		return nil, err
+	}
+	return oci.Generate(context.Background(), r, oci.Launch{
+		RunID: planRunID, RenderDigest: digest, Rootfs: "rootfs", Mounts: oci.MountsFromPlan(plan),
+	})
 }
 
 func newSchemaCommand() *cobra.Command {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,5 +130,31 @@ func TestRenderExamples(t *testing.T) {
 	}
 	if code, _, _ = runCLI(t, "render", "--spawn", "nope", "../../examples/pipeline.yaml"); code != exitSpec {
 		t.Errorf("unknown --spawn should exit 2, got %d", code)
+	}
+}
+
+func TestRenderOCI(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "render", "--format", "oci", "../../examples/hello.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var spec struct {
+		Process struct {
+			Args []string          `json:"args"`
+			User struct{ UID int } `json:"user"`
+		} `json:"process"`
+		Root struct {
+			Readonly bool `json:"readonly"`
+		} `json:"root"`
+		Linux struct {
+			CgroupsPath string `json:"cgroupsPath"`
+		} `json:"linux"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &spec); err != nil {
+		t.Fatalf("--format oci must print one JSON spec: %v", err)
+	}
+	if len(spec.Process.Args) == 0 || !strings.HasSuffix(spec.Process.Args[0], "/bin/hookbox-scripted-engine") ||
+		spec.Process.User.UID != 65532 || !spec.Root.Readonly || spec.Linux.CgroupsPath != "/hookbox/plan" {
+		t.Errorf("unexpected spec: %+v", spec)
 	}
 }

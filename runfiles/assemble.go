@@ -1,0 +1,188 @@
+package runfiles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/canonjson"
+)
+
+// Result is what Assemble produced.
+type Result struct {
+	// Manifest is every entry of the tree, sorted by path: what goes into
+	// render.Render.Runfiles.
+	Manifest []render.Runfile
+	// ManifestDigest is canonjson.Digest(Manifest): "sha256:<hex>".
+	ManifestDigest string
+	// TreeDir is the assembled read-only tree, laid out like the host's
+	// "/": mount it (as the top lower layer) at the container's root.
+	TreeDir string
+	Stats   Stats
+}
+
+// Stats count the work Assemble did, for progress output and benchmarks.
+type Stats struct {
+	Entries int // manifest entries
+	Files   int // file entries
+	// FilesHashed and BytesHashed count host files read and hashed: new or
+	// changed files, files written less than two seconds before they were
+	// last read (see the stat cache), and repairs.
+	FilesHashed int
+	BytesHashed int64
+	// BytesCopied counts bytes written into new store objects.
+	BytesCopied int64
+	// BytesReused counts file bytes served by objects already in the store.
+	BytesReused int64
+	// Repaired counts store objects found damaged and replaced from the
+	// host file; TreeReplaced, an existing tree found damaged and rebuilt.
+	Repaired     int
+	TreeBuilt    bool
+	TreeReplaced bool
+	Duration     time.Duration
+}
+
+// Progress reports one file of an assembly.
+type Progress struct {
+	Path        string // host path
+	Bytes       int64  // its size
+	Hashed      bool   // read and hashed (false: known from the stat cache)
+	Done, Total int    // files handled so far, files in the closure
+}
+
+// maxAttempts bounds how often Assemble starts over when a host file
+// changes under it.
+const maxAttempts = 3
+
+// Assemble computes the closure of programs, puts every file in the store
+// and returns the manifest and the tree assembled from it. It is
+// idempotent: an unchanged host costs, per file, the closure's stat and
+// ELF headers, a stat-cache read and an lstat of the object, plus a walk
+// of the existing tree; nothing is copied. When a host file changes during the assembly it starts
+// over, up to three times (then ErrSourceChanged).
+//
+// Guarantee: every file in TreeDir has exactly the content its manifest
+// entry names, as verified by the read that stored it (and, with
+// VerifyFull, re-read now). Not guaranteed: that the tree stays so while
+// in use; the store's owner (root) can still change it.
+func Assemble(ctx context.Context, s *Store, programs []string, opts Options) (*Result, error) {
+	start := time.Now()
+	var err error
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		var res *Result
+		res, err = s.assembleOnce(ctx, programs, opts)
+		if err == nil {
+			res.Stats.Duration = time.Since(start)
+			return res, nil
+		}
+		if !errors.Is(err, ErrSourceChanged) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("runfiles: %w", err)
+}
+
+func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Options) (*Result, error) {
+	p, err := closure(ctx, programs, opts)
+	if err != nil {
+		return nil, err
+	}
+	manifest := p.list()
+	var files []int // indexes of file entries
+	for i, e := range manifest {
+		if e.Type == render.RunfileFile {
+			files = append(files, i)
+		}
+	}
+	res := &Result{Stats: Stats{Entries: len(manifest), Files: len(files)}}
+	objects := make(map[string]fs.FileInfo, len(files))
+
+	var (
+		mu       sync.Mutex
+		firstErr error
+		done     int
+		wg       sync.WaitGroup
+		next     = make(chan int)
+		newObj   bool
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	workers := min(runtime.GOMAXPROCS(0), len(files))
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				e := manifest[i]
+				st, err := s.put(ctx, e.Path, p.keys[e.Path], e.Mode, opts.Verify)
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil {
+						firstErr = fmt.Errorf("%s: %w", e.Path, err)
+						cancel()
+					}
+					mu.Unlock()
+					continue
+				}
+				manifest[i].Size, manifest[i].SHA256 = st.size, st.sha
+				objects[e.Path] = st.object
+				if st.hashed {
+					res.Stats.FilesHashed++
+					res.Stats.BytesHashed += st.size
+				}
+				res.Stats.BytesCopied += st.copied
+				res.Stats.BytesReused += st.reused
+				newObj = newObj || st.copied > 0
+				if st.repair {
+					res.Stats.Repaired++
+				}
+				done++
+				if opts.Progress != nil {
+					opts.Progress(Progress{Path: e.Path, Bytes: st.size, Hashed: st.hashed, Done: done, Total: len(files)})
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, i := range files {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if newObj {
+		for _, mode := range []fs.FileMode{0o555, 0o444} {
+			if err := syncDir(s.objectsDir(mode)); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	digest, _, err := canonjson.Digest(manifest)
+	if err != nil {
+		return nil, fmt.Errorf("manifest digest: %w", err)
+	}
+	dir, built, replaced, err := s.ensureTree(ctx, strings.TrimPrefix(digest, "sha256:"), manifest, objects)
+	if err != nil {
+		return nil, err
+	}
+	res.Manifest, res.ManifestDigest, res.TreeDir = manifest, digest, dir
+	res.Stats.TreeBuilt, res.Stats.TreeReplaced = built, replaced
+	return res, nil
+}

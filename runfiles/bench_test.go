@@ -1,0 +1,86 @@
+package runfiles
+
+import (
+	"context"
+	"os"
+	"testing"
+)
+
+// largeEngine is the Claude Code engine where hookbox's hosts install it: a
+// 245 MB Bun single-file ELF, dynamically linked to glibc only.
+const largeEngine = "/opt/engines/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
+
+// BenchmarkAssembleLarge measures assembling the runfiles of a large real
+// engine into a cold store (a fresh temporary store each iteration: read,
+// hash, copy and fsync every byte) and into a warm one (stat cache, quick
+// checks and a walk of the existing tree).
+//
+//	go test ./runfiles/ -run '^$' -bench AssembleLarge -benchtime 5x
+func BenchmarkAssembleLarge(b *testing.B) {
+	if _, err := os.Stat(largeEngine); err != nil {
+		b.Skipf("no large engine at %s", largeEngine)
+	}
+	programs := []string{largeEngine}
+	b.Run("cold", func(b *testing.B) {
+		var copied int64
+		for b.Loop() {
+			b.StopTimer()
+			s := openBenchStore(b)
+			b.StartTimer()
+			res, err := Assemble(context.Background(), s, programs, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			copied = res.Stats.BytesCopied
+			removeTree(s.Root())
+			b.StartTimer()
+		}
+		b.SetBytes(copied)
+		b.ReportMetric(float64(copied), "bytes-copied/op")
+	})
+	b.Run("cached", func(b *testing.B) {
+		s := openBenchStore(b)
+		defer removeTree(s.Root())
+		if _, err := Assemble(context.Background(), s, programs, Options{}); err != nil {
+			b.Fatal(err)
+		}
+		var st Stats
+		for b.Loop() {
+			res, err := Assemble(context.Background(), s, programs, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			st = res.Stats
+		}
+		if st.BytesCopied != 0 || st.TreeBuilt {
+			b.Errorf("cached assembly did work: %+v", st)
+		}
+		b.ReportMetric(float64(st.BytesCopied), "bytes-copied/op")
+		b.ReportMetric(float64(st.FilesHashed), "files-hashed/op")
+	})
+	b.Run("cached-full-verify", func(b *testing.B) {
+		s := openBenchStore(b)
+		defer removeTree(s.Root())
+		if _, err := Assemble(context.Background(), s, programs, Options{}); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := Assemble(context.Background(), s, programs, Options{Verify: VerifyFull}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func openBenchStore(b *testing.B) *Store {
+	dir, err := os.MkdirTemp("", "runfiles-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := OpenStore(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}

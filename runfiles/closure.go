@@ -1,0 +1,766 @@
+package runfiles
+
+import (
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"hookbox.dev/hookbox/render"
+)
+
+// Sentinel errors. Errors from this package start with "runfiles: " and
+// wrap one of these, an *fs.PathError, or the context's error.
+var (
+	// ErrMissingLibrary: a shared library a program needs is nowhere the
+	// loader would look.
+	ErrMissingLibrary = errors.New("shared library not found")
+	// ErrEscapingSymlink: a symlink inside a declared directory resolves
+	// outside it.
+	ErrEscapingSymlink = errors.New("symlink escapes its directory")
+	// ErrUnsupported: a path, file type or "#!" line runfiles cannot
+	// reproduce in the container.
+	ErrUnsupported = errors.New("unsupported")
+	// ErrConflict: one path would need two different entries.
+	ErrConflict = errors.New("conflicting entries")
+	// ErrSourceChanged: a host file changed while it was being assembled;
+	// Assemble retries a few times before returning it.
+	ErrSourceChanged = errors.New("host file changed during assembly")
+)
+
+// DefaultPath is the PATH used for "#!/usr/bin/env NAME" when Options.Path
+// is empty.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Verify says how much Assemble checks store objects before using them.
+type Verify int
+
+const (
+	// VerifyQuick checks type, size, mode and the seal mtime of each object.
+	VerifyQuick Verify = iota
+	// VerifyFull also re-hashes each object's content.
+	VerifyFull
+)
+
+// Options configure Closure and Assemble.
+type Options struct {
+	// Path is the PATH on which "#!/usr/bin/env NAME" finds NAME. It must be
+	// the container's PATH, so that env finds the same program there.
+	// Empty means DefaultPath.
+	Path string
+	// Dirs are extra directories the tree must hold (mount points such as
+	// /grants/docs), with their parents. Paths the closure already has keep
+	// their host entry; new ones get mode 0755.
+	Dirs []string
+	// TreeELF chases the shared libraries of ELF files inside declared
+	// directories (only those built for this machine; others, such as the
+	// arm64 builds npm packages ship beside x86-64 ones, are left alone).
+	// Off by default: a package's prebuilt binaries for other libcs would
+	// otherwise make the whole closure fail.
+	TreeELF bool
+	// Verify selects the check of store objects (Assemble only).
+	Verify Verify
+	// Progress, if set, is called after each file is stored or found in the
+	// store (Assemble only). Calls are serialized.
+	Progress func(Progress)
+}
+
+// maxSymlinks is the kernel's limit on symlinks followed in one lookup.
+const maxSymlinks = 40
+
+// maxInterpDepth is how many "#!" interpreters deep the kernel goes.
+const maxInterpDepth = 4
+
+// Closure returns every entry the container needs to run programs
+// (absolute host paths of files or directories): sorted by path, without
+// duplicates, the same for the same host state. See the package doc for
+// what is followed. File entries carry Path, Type and Mode only: Size and
+// SHA256 come from the read that stores them (Assemble), never from here.
+func Closure(programs []string, opts Options) ([]render.Runfile, error) {
+	p, err := closure(context.Background(), programs, opts)
+	if err != nil {
+		return nil, fmt.Errorf("runfiles: %w", err)
+	}
+	return p.list(), nil
+}
+
+// plan is a closure with the stat of every file as it was analysed, so
+// Assemble can tell whether it still stores the same file.
+type plan struct {
+	entries map[string]render.Runfile
+	keys    map[string]statKey // regular files
+}
+
+func (p *plan) list() []render.Runfile {
+	out := make([]render.Runfile, 0, len(p.entries))
+	for _, e := range p.entries {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b render.Runfile) int { return strings.Compare(a.Path, b.Path) })
+	return out
+}
+
+// statKey identifies a file's content by what stat says about it.
+type statKey struct {
+	Dev, Ino         uint64
+	Size             int64
+	MtimeNS, CtimeNS int64
+}
+
+// usable reports whether the key has the fields that make it trustworthy
+// (an inode and a ctime).
+func (k statKey) usable() bool { return k.Ino != 0 && k.CtimeNS != 0 }
+
+func (k statKey) String() string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", k.Dev, k.Ino, k.Size, k.MtimeNS, k.CtimeNS)
+}
+
+type closer struct {
+	ctx      context.Context // checked between files of a directory
+	opts     Options
+	plan     *plan
+	elfInfos map[string]*elfInfo // by physical path: ELF objects read
+	programs map[string]bool     // physical paths whose content was analysed
+	active   map[string]bool     // scripts whose interpreter chain is being followed
+	cache    *ldCache
+	cacheRd  bool
+	// cacheFile replaces ldCachePath (tests).
+	cacheFile string
+	// needCache: some library is found only through ld.so.cache.
+	needCache bool
+}
+
+func closure(ctx context.Context, programs []string, opts Options) (*plan, error) {
+	c := newCloser(opts)
+	c.ctx = ctx
+	return c.run(programs)
+}
+
+func newCloser(opts Options) *closer {
+	return &closer{
+		ctx:      context.Background(),
+		opts:     opts,
+		plan:     &plan{entries: make(map[string]render.Runfile), keys: make(map[string]statKey)},
+		elfInfos: make(map[string]*elfInfo),
+		programs: make(map[string]bool),
+		active:   make(map[string]bool),
+	}
+}
+
+func (c *closer) run(programs []string) (*plan, error) {
+	sorted := slices.Clone(programs)
+	slices.Sort(sorted)
+	for _, p := range slices.Compact(sorted) {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("%w: program %q is not an absolute path", ErrUnsupported, p)
+		}
+		if err := c.addProgram(filepath.Clean(p), 0); err != nil {
+			return nil, err
+		}
+	}
+	if c.needCache {
+		if _, err := c.addFileAt(c.cachePath()); err != nil {
+			return nil, fmt.Errorf("adding %s: %w", c.cachePath(), err)
+		}
+	}
+	for _, d := range c.opts.Dirs {
+		if err := c.addExtraDir(d); err != nil {
+			return nil, err
+		}
+	}
+	return c.plan, nil
+}
+
+// record adds e, or checks that an existing entry for its path is the same.
+func (c *closer) record(e render.Runfile) error {
+	if old, ok := c.plan.entries[e.Path]; ok {
+		if old != e {
+			return fmt.Errorf("%w: %s is needed as %s %o %q and as %s %o %q (did the host change?)",
+				ErrConflict, e.Path, old.Type, old.Mode, old.Target, e.Type, e.Mode, e.Target)
+		}
+		return nil
+	}
+	c.plan.entries[e.Path] = e
+	return nil
+}
+
+// visit records a directory traversed or a symlink followed.
+func (c *closer) visit(path string, fi fs.FileInfo, target string) error {
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return c.record(render.Runfile{Path: path, Type: render.RunfileSymlink, Mode: uint32(fi.Mode().Perm()), Target: target})
+	}
+	return c.record(render.Runfile{Path: path, Type: render.RunfileDir, Mode: uint32(fi.Mode().Perm())})
+}
+
+// walkPath resolves the absolute path p component by component, as the
+// kernel does, and returns the physical path (no symlink in it) and the
+// lstat of what it names. visit, if not nil, sees every directory traversed
+// on the way (not the final one) and every symlink followed.
+func walkPath(p string, visit func(path string, fi fs.FileInfo, target string) error) (string, fs.FileInfo, error) {
+	if !filepath.IsAbs(p) {
+		return "", nil, fmt.Errorf("%w: %q is not an absolute path", ErrUnsupported, p)
+	}
+	todo := splitPath(p)
+	cur := "/"
+	var curInfo fs.FileInfo
+	links := 0
+	for len(todo) > 0 {
+		name := todo[0]
+		todo = todo[1:]
+		switch name {
+		case ".":
+			continue
+		case "..":
+			cur, curInfo = filepath.Dir(cur), nil
+			continue
+		}
+		next := filepath.Join(cur, name)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return "", nil, err
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if links++; links > maxSymlinks {
+				return "", nil, &fs.PathError{Op: "resolve", Path: p, Err: syscall.ELOOP}
+			}
+			target, err := os.Readlink(next)
+			if err != nil {
+				return "", nil, err
+			}
+			if target == "" {
+				return "", nil, &fs.PathError{Op: "resolve", Path: next, Err: syscall.ENOENT}
+			}
+			if visit != nil {
+				if err := visit(next, fi, target); err != nil {
+					return "", nil, err
+				}
+			}
+			if filepath.IsAbs(target) {
+				cur, curInfo = "/", nil
+			}
+			todo = append(splitPath(target), todo...)
+			continue
+		}
+		if len(todo) > 0 {
+			if !fi.IsDir() {
+				return "", nil, &fs.PathError{Op: "resolve", Path: next, Err: syscall.ENOTDIR}
+			}
+			if visit != nil {
+				if err := visit(next, fi, ""); err != nil {
+					return "", nil, err
+				}
+			}
+		}
+		cur, curInfo = next, fi
+	}
+	if curInfo == nil {
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			return "", nil, err
+		}
+		curInfo = fi
+	}
+	return cur, curInfo, nil
+}
+
+func splitPath(p string) []string {
+	parts := strings.Split(p, "/")
+	out := parts[:0]
+	for _, s := range parts {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// within reports whether p is root or below it.
+func within(p, root string) bool {
+	return p == root || root == "/" || strings.HasPrefix(p, root+"/")
+}
+
+// addProgram adds a program (file or directory) and what it needs to run.
+func (c *closer) addProgram(p string, depth int) error {
+	real, fi, err := walkPath(p, c.visit)
+	if err != nil {
+		return fmt.Errorf("program %s: %w", p, err)
+	}
+	switch {
+	case real == "/":
+		return fmt.Errorf("%w: program %s is the root directory", ErrUnsupported, p)
+	case fi.IsDir():
+		return c.addTree(real, fi)
+	case fi.Mode().IsRegular():
+		return c.addExecutable(p, real, depth)
+	default:
+		return fmt.Errorf("%w: program %s is a %s, not a file or directory", ErrUnsupported, p, fi.Mode().Type())
+	}
+}
+
+// addFileAt adds the regular file at p (symlink hops included) without
+// looking at its content, and returns its physical path.
+func (c *closer) addFileAt(p string) (string, error) {
+	real, fi, err := walkPath(p, c.visit)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: %s is a %s, not a regular file", ErrUnsupported, p, fi.Mode().Type())
+	}
+	return real, c.recordFile(real, fi)
+}
+
+func (c *closer) recordFile(real string, fi fs.FileInfo) error {
+	if err := c.record(render.Runfile{Path: real, Type: render.RunfileFile, Mode: uint32(fi.Mode().Perm())}); err != nil {
+		return err
+	}
+	key := statKeyOf(fi)
+	if old, ok := c.plan.keys[real]; ok && old != key {
+		return fmt.Errorf("%w: %s changed while its closure was computed", ErrSourceChanged, real)
+	}
+	c.plan.keys[real] = key
+	return nil
+}
+
+// openRecorded opens the regular file real, records it with the stat of the
+// open file, and returns it with its first bytes.
+func (c *closer) openRecorded(real string) (*os.File, []byte, error) {
+	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%w: %s is a %s, not a regular file", ErrUnsupported, real, fi.Mode().Type())
+	}
+	if err == nil {
+		err = c.recordFile(real, fi)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	head := make([]byte, shebangBufSize)
+	n, _ := f.ReadAt(head, 0)
+	return f, head[:n], nil
+}
+
+// addExecutable adds the program file at its physical path real (asked for
+// as p) and follows its interpreter or shared libraries.
+func (c *closer) addExecutable(p, real string, depth int) error {
+	if c.active[real] {
+		return &fs.PathError{Op: "exec", Path: p, Err: syscall.ELOOP} // a script interpreting itself
+	}
+	if c.programs[real] {
+		return nil
+	}
+	c.programs[real] = true
+	c.active[real] = true
+	defer delete(c.active, real)
+	f, head, err := c.openRecorded(real)
+	if err != nil {
+		return fmt.Errorf("program %s: %w", p, err)
+	}
+	defer f.Close()
+	switch {
+	case isELF(head):
+		info, err := c.readELFCached(real, f)
+		if err != nil {
+			return fmt.Errorf("%w: program %s: ELF: %w", ErrUnsupported, p, err)
+		}
+		return c.elfClosure(p, real, info)
+	case len(head) >= 2 && head[0] == '#' && head[1] == '!':
+		interp, arg, _, err := parseShebang(head)
+		if err != nil {
+			return fmt.Errorf("script %s: %w", p, err)
+		}
+		return c.addInterpreter(p, interp, arg, depth)
+	}
+	return nil // data, or a format the kernel hands to binfmt_misc: just the file
+}
+
+// addInterpreter adds the "#!" interpreter of script (and, for env, the
+// program env runs).
+func (c *closer) addInterpreter(script, interp, arg string, depth int) error {
+	if depth >= maxInterpDepth {
+		return fmt.Errorf("%w: script %s: more than %d nested \"#!\" interpreters", ErrUnsupported, script, maxInterpDepth)
+	}
+	if !filepath.IsAbs(interp) {
+		return fmt.Errorf("%w: script %s: relative interpreter %q depends on the working directory", ErrUnsupported, script, interp)
+	}
+	if err := c.addProgram(filepath.Clean(interp), depth+1); err != nil {
+		return fmt.Errorf("interpreter of %s: %w", script, err)
+	}
+	if filepath.Base(interp) != "env" {
+		return nil
+	}
+	name, err := envCommand(arg)
+	if err != nil {
+		return fmt.Errorf("script %s: %w", script, err)
+	}
+	found, err := c.lookPath(name)
+	if err != nil {
+		return fmt.Errorf("script %s: %w", script, err)
+	}
+	if err := c.addProgram(found, depth+1); err != nil {
+		return fmt.Errorf("interpreter of %s (via env): %w", script, err)
+	}
+	return nil
+}
+
+// lookPath finds name the way env's execvp does: the first directory of
+// the PATH holding an executable regular file of that name.
+func (c *closer) lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		if filepath.IsAbs(name) {
+			return filepath.Clean(name), nil
+		}
+		return "", fmt.Errorf("%w: env command %q is a relative path", ErrUnsupported, name)
+	}
+	path := c.opts.Path
+	if path == "" {
+		path = DefaultPath
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue // the container's working directory is not the host's
+		}
+		cand := filepath.Join(dir, name)
+		if fi, err := os.Stat(cand); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return cand, nil
+		}
+	}
+	return "", fmt.Errorf("env command %q is not on PATH %s: %w", name, path, fs.ErrNotExist)
+}
+
+func (c *closer) readELFCached(real string, f *os.File) (*elfInfo, error) {
+	if info, ok := c.elfInfos[real]; ok {
+		return info, nil
+	}
+	info, err := readELF(f)
+	if err != nil {
+		return nil, err
+	}
+	c.elfInfos[real] = info
+	return info, nil
+}
+
+// object is one ELF object in a program's load order.
+type object struct {
+	path   string // the path it was found at
+	origin string // $ORIGIN
+	info   *elfInfo
+	loader *object // the object whose DT_NEEDED loaded it; nil for the program
+}
+
+// elfClosure adds the interpreter and shared libraries of the ELF program
+// p (physical path real), in the loader's breadth-first order.
+func (c *closer) elfClosure(p, real string, info *elfInfo) error {
+	if !info.dynamic() {
+		return nil // static: the file alone
+	}
+	loaded := make(map[string]bool) // names the loader considers loaded
+	seen := map[string]bool{real: true}
+	if info.soname != "" {
+		loaded[info.soname] = true
+	}
+	if info.interp != "" {
+		if !filepath.IsAbs(info.interp) {
+			return fmt.Errorf("%w: program %s: relative interpreter %q", ErrUnsupported, p, info.interp)
+		}
+		ireal, iinfo, err := c.addLibrary(info.interp)
+		if err != nil {
+			return fmt.Errorf("program %s: interpreter %s: %w", p, info.interp, err)
+		}
+		seen[ireal] = true
+		loaded[info.interp] = true
+		if iinfo.soname != "" {
+			loaded[iinfo.soname] = true
+		}
+		if len(iinfo.needed) > 0 {
+			return fmt.Errorf("%w: program %s: interpreter %s needs libraries itself", ErrUnsupported, p, info.interp)
+		}
+	}
+	// The program's $ORIGIN is the directory of its physical path: the
+	// loader reads it from /proc/self/exe.
+	queue := []*object{{path: real, origin: filepath.Dir(real), info: info}}
+	for i := 0; i < len(queue); i++ {
+		obj := queue[i]
+		for _, name := range obj.info.needed {
+			if loaded[name] {
+				continue
+			}
+			found, err := c.searchLibrary(name, obj)
+			if err != nil {
+				via := ""
+				if obj.loader != nil {
+					via = " (needed by " + obj.path + ")"
+				}
+				return fmt.Errorf("%w: program %s needs %s%s: %w", ErrMissingLibrary, p, name, via, err)
+			}
+			lreal, linfo, err := c.addLibrary(found)
+			if err != nil {
+				return fmt.Errorf("program %s: library %s: %w", p, found, err)
+			}
+			loaded[name] = true
+			if linfo.soname != "" {
+				loaded[linfo.soname] = true
+			}
+			if seen[lreal] {
+				continue
+			}
+			seen[lreal] = true
+			queue = append(queue, &object{path: found, origin: filepath.Dir(found), info: linfo, loader: obj})
+		}
+	}
+	return nil
+}
+
+// addLibrary adds the ELF object at path (symlink hops included) and
+// returns its physical path and what it needs.
+func (c *closer) addLibrary(path string) (string, *elfInfo, error) {
+	real, fi, err := walkPath(path, c.visit)
+	if err != nil {
+		return "", nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", nil, fmt.Errorf("%w: %s is a %s", ErrUnsupported, path, fi.Mode().Type())
+	}
+	if info, ok := c.elfInfos[real]; ok {
+		return real, info, nil
+	}
+	f, _, err := c.openRecorded(real)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	info, err := c.readELFCached(real, f)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %s: ELF: %w", ErrUnsupported, path, err)
+	}
+	return real, info, nil
+}
+
+// searchLibrary finds DT_NEEDED name of obj the way glibc's loader does
+// (elf/dl-load.c _dl_map_object): RPATH of obj and its loaders unless obj
+// has RUNPATH, then RUNPATH, then ld.so.cache, then the default
+// directories; candidates of the wrong class or machine are skipped.
+func (c *closer) searchLibrary(name string, obj *object) (string, error) {
+	class, machine := obj.info.class, obj.info.machine
+	if strings.Contains(name, "/") {
+		if !filepath.IsAbs(name) {
+			return "", fmt.Errorf("%w: relative library path %q depends on the working directory", ErrUnsupported, name)
+		}
+		if c.candidate(name, class, machine) {
+			return name, nil
+		}
+		return "", fs.ErrNotExist
+	}
+	var tried []string
+	try := func(dirs []string) string {
+		for _, d := range dirs {
+			cand := filepath.Join(d, name)
+			if c.candidate(cand, class, machine) {
+				return cand
+			}
+			tried = append(tried, d)
+		}
+		return ""
+	}
+	if !obj.info.hasRunpath {
+		for l := obj; l != nil; l = l.loader {
+			if l.info.hasRunpath || l.info.rpath == "" {
+				continue
+			}
+			if f := try(expandSearchPath(l.info.rpath, l.origin)); f != "" {
+				return f, nil
+			}
+		}
+	} else if f := try(expandSearchPath(obj.info.runpath, obj.origin)); f != "" {
+		return f, nil
+	}
+	if obj.info.nodeflib {
+		return "", fmt.Errorf("not in %s (DF_1_NODEFLIB)", strings.Join(tried, ", "))
+	}
+	defaults := defaultLibDirs(class, machine)
+	if cached := c.ldCache().lookup(name, class, machine); cached != "" && c.candidate(cached, class, machine) {
+		// Without the cache the container's loader would search the
+		// default directories: include the cache when that finds another
+		// path (or nothing).
+		if try(defaults) != cached {
+			c.needCache = true
+		}
+		return cached, nil
+	}
+	if f := try(defaults); f != "" {
+		return f, nil
+	}
+	return "", fmt.Errorf("not in %s, %s or %s", strings.Join(uniq(tried), ", "), c.cachePath(), strings.Join(defaults, ", "))
+}
+
+// candidate reports whether path is an ELF object the loader would accept
+// for an object of this class and machine.
+func (c *closer) candidate(path string, class elf.Class, machine elf.Machine) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return elfHeaderMatches(f, class, machine)
+}
+
+// ldCache reads /etc/ld.so.cache once. A missing or unreadable cache is an
+// empty one, as it is for the loader.
+func (c *closer) ldCache() *ldCache {
+	if !c.cacheRd {
+		c.cacheRd = true
+		if b, err := os.ReadFile(c.cachePath()); err == nil {
+			c.cache, _ = parseLdCache(b) // an unparsable cache is ignored, as glibc does
+		}
+	}
+	return c.cache
+}
+
+func (c *closer) cachePath() string {
+	if c.cacheFile != "" {
+		return c.cacheFile
+	}
+	return ldCachePath
+}
+
+func uniq(s []string) []string {
+	var out []string
+	seen := make(map[string]bool)
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// addTree adds the directory root (a physical path) and everything below
+// it. Symlinks must resolve inside root.
+func (c *closer) addTree(root string, fi fs.FileInfo) error {
+	if err := c.visit(root, fi, ""); err != nil {
+		return err
+	}
+	hostClass, hostMach := hostMachine()
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("directory %s: %w", root, err)
+		}
+		if p == root {
+			return nil
+		}
+		if err := c.ctx.Err(); err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("directory %s: %w", root, err)
+		}
+		switch {
+		case fi.IsDir():
+			return c.visit(p, fi, "")
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := checkInside(p, target, root); err != nil {
+				return err
+			}
+			return c.visit(p, fi, target)
+		case fi.Mode().IsRegular():
+			if err := c.recordFile(p, fi); err != nil {
+				return err
+			}
+			if c.opts.TreeELF {
+				return c.treeELF(p, hostClass, hostMach)
+			}
+			return nil
+		default:
+			return fmt.Errorf("%w: %s in directory %s is a %s", ErrUnsupported, p, root, fi.Mode().Type())
+		}
+	})
+}
+
+// checkInside reports an error unless the symlink link (inside root, with
+// link text target) resolves inside root the way the kernel resolves it:
+// every further symlink followed must be inside root too, and so must the
+// final path. A dangling link is accepted when its text, read lexically,
+// points inside root (there is nothing outside for it to reach).
+func checkInside(link, target, root string) error {
+	escape := fmt.Errorf("%w: %s -> %s leaves %s", ErrEscapingSymlink, link, target, root)
+	start := target
+	if !filepath.IsAbs(start) {
+		start = filepath.Dir(link) + "/" + target
+	}
+	outside := false
+	final, _, err := walkPath(start, func(path string, fi fs.FileInfo, _ string) error {
+		if fi.Mode()&fs.ModeSymlink != 0 && !within(path, root) {
+			outside = true
+		}
+		return nil
+	})
+	switch {
+	case err != nil && errors.Is(err, fs.ErrNotExist):
+		if !within(filepath.Clean(start), root) {
+			return escape
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("symlink %s -> %s: %w", link, target, err)
+	case outside || !within(final, root):
+		return escape
+	}
+	return nil
+}
+
+// treeELF chases the libraries of an ELF file found inside a declared
+// directory, when it is built for this machine.
+func (c *closer) treeELF(p string, class elf.Class, machine elf.Machine) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	head := make([]byte, 64)
+	n, _ := f.ReadAt(head, 0)
+	if !isELF(head[:n]) || !elfHeaderMatches(f, class, machine) {
+		return nil
+	}
+	info, err := c.readELFCached(p, f)
+	if err != nil {
+		return fmt.Errorf("%w: %s: ELF: %w", ErrUnsupported, p, err)
+	}
+	return c.elfClosure(p, p, info)
+}
+
+// addExtraDir adds the directory d and its missing parents, mode 0755.
+func (c *closer) addExtraDir(d string) error {
+	if !filepath.IsAbs(d) {
+		return fmt.Errorf("%w: directory %q is not an absolute path", ErrUnsupported, d)
+	}
+	parts := splitPath(filepath.Clean(d))
+	cur := ""
+	for _, name := range parts {
+		cur += "/" + name
+		if e, ok := c.plan.entries[cur]; ok {
+			if e.Type != render.RunfileDir {
+				return fmt.Errorf("%w: directory %s: %s is a %s in the tree", ErrConflict, d, cur, e.Type)
+			}
+			continue
+		}
+		c.plan.entries[cur] = render.Runfile{Path: cur, Type: render.RunfileDir, Mode: 0o755}
+	}
+	return nil
+}

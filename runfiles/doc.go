@@ -1,0 +1,106 @@
+// Package runfiles owns the closure of host programs, the content-addressed
+// store their bytes are copied into, and the read-only trees assembled from
+// it. It must never decide what is allowed to run: that is the render's job.
+// runfiles only makes the declared programs, and everything they need,
+// available at their host paths, and says exactly which bytes those are.
+//
+// # Closure
+//
+// Closure takes absolute host paths of programs (files or directories) and
+// returns every entry the container needs, sorted by path:
+//
+//   - the program file, with every symlink hop on the way to it recorded as a
+//     symlink entry (link text kept verbatim) and every directory traversed
+//     recorded as a dir entry, up to but excluding "/";
+//   - for ELF files: PT_INTERP, and each DT_NEEDED resolved the way glibc's
+//     loader does: DT_RPATH of the object and its loaders (only when the
+//     object has no DT_RUNPATH), DT_RUNPATH, /etc/ld.so.cache, then the
+//     default directories for the object's class and machine; candidates of
+//     another class or machine are skipped; $ORIGIN is expanded; recursively,
+//     breadth first, with names already loaded (including the interpreter's
+//     soname) not searched again. A missing library is an error naming the
+//     program and the library. Not reproduced: LD_LIBRARY_PATH and
+//     LD_PRELOAD (the container environment is hookbox's, not the host's),
+//     /etc/ld.so.preload, glibc-hwcaps and legacy hwcap subdirectories (the
+//     container loader falls back to the plain directory, which is what is
+//     included), $LIB and $PLATFORM path elements (skipped), and anything
+//     loaded with dlopen (NSS modules, gconv, plugins): declare those.
+//   - /etc/ld.so.cache itself, only when some library was found through the
+//     cache where a search without the cache would not find the same path:
+//     then the container's loader needs the cache to find it too.
+//   - for "#!" scripts: the interpreter (and its closure, up to 4 levels as
+//     the kernel allows); for "#!/usr/bin/env NAME", env itself and NAME
+//     looked up on Options.Path, which must be the container's PATH.
+//   - a directory is taken whole; symlinks inside it are kept only when they
+//     resolve inside it (ErrEscapingSymlink otherwise). ELF files inside are
+//     chased for libraries only with Options.TreeELF.
+//   - Options.Dirs: extra directories (mount points), with missing parents.
+//
+// # Modes
+//
+// The manifest (render.Runfile.Mode) keeps the host permission bits (0777
+// mask; setuid, setgid and sticky are never carried). The assembled tree
+// normalises them, because its files are owned by the store's owner and not
+// by the host owner, and because they must be read-only: a file is 0555 when
+// the host mode has any execute bit and 0444 otherwise; a directory is 0555.
+// TreeMode gives the mapping. Every tree file has the modification time
+// 1970-01-01T00:00:01Z (the store's seal, see below), so tools that compare
+// source and cache mtimes (Python's timestamp-based .pyc) treat their caches
+// as stale: they still work, without the cache.
+//
+// # Store
+//
+// Layout under the root given to OpenStore (DefaultStateDir for the CLI):
+//
+//	runfiles/sha256/<hex>        content of executables, mode 0555
+//	runfiles/sha256-0444/<hex>   content of other files, mode 0444
+//	runfiles/stat/<key>          stat cache: host file identity → digest
+//	runfiles/trees/<hex>/        assembled trees, <hex> = manifest digest
+//	runfiles/tmp/                objects and trees being written
+//
+// <hex> is the lowercase hex sha256 of the content (of the canonical
+// manifest for trees). The same content is stored once per mode it is
+// needed with, because a tree's hard link shares its object's mode.
+//
+// A store object is written once: the host file is read once, and every
+// byte read goes both into sha256 and into a temporary file in the store
+// (never hash-then-reopen); the temporary file is made read-only, given the
+// seal mtime, fsynced, and only then hard-linked to its digest name (link
+// fails when the name exists: an existing intact object is kept, a damaged
+// one is replaced by rename). The host file's stat is compared before and
+// after the read with what the closure analysed; a difference starts the
+// assembly over (ErrSourceChanged after three attempts).
+//
+// The stat cache maps (device, inode, size, mtime ns, ctime ns) of a host
+// file to its digest and size, one small file per key, written by rename.
+// A changed file changes its ctime, so it misses and is read again. An entry
+// recorded less than two seconds after the file's ctime is not trusted
+// (a same-size write within the same timestamp tick could hide), so freshly
+// written files are re-read until they age.
+//
+// # Verification
+//
+// Every Assemble checks every store object it uses before building or
+// reusing a tree. VerifyQuick (the default) checks type, size, mode and the
+// seal mtime (any write moves the mtime; one lstat per file). VerifyFull
+// also re-hashes every object. A missing or damaged object is replaced from
+// the host file (counted in Stats.Repaired). An existing tree is reused only
+// when a walk finds exactly the manifest's entries with the right types,
+// modes and link texts, and each file is the very inode of its store object
+// (or, for the rare copied file, has the right content); otherwise it is
+// moved aside and rebuilt.
+//
+// # Trees and concurrency
+//
+// Trees are built in runfiles/tmp and renamed into place, so a tree at its
+// final name is complete (and it is verified on every use anyway, which
+// also catches a crash that lost part of it). Their files are hard links to
+// store objects, copied (from a verified read) only when linking is
+// impossible: another filesystem, or too many links. Any number of
+// processes and goroutines may assemble into one store at once: every write
+// goes through a unique temporary name and a link or rename. A tree found
+// damaged is moved aside even if others are using it; only tampering causes
+// that. Nothing here deletes trees or objects that are merely old: garbage
+// collection, leases protecting trees in use, and cleaning runfiles/tmp after
+// a crash belong to the caller.
+package runfiles

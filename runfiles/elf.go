@@ -1,0 +1,319 @@
+package runfiles
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+)
+
+// Bounds on what is read from an ELF file, so a hostile file cannot make
+// the closure allocate without limit.
+const (
+	maxInterpLen  = 4096
+	maxDynamicLen = 1 << 20
+	maxDynStrLen  = 16 << 20
+)
+
+// elfInfo is what the loader needs to know about one ELF object.
+type elfInfo struct {
+	class   elf.Class
+	machine elf.Machine
+	typ     elf.Type
+	interp  string   // PT_INTERP, "" when none
+	needed  []string // DT_NEEDED, in order
+	soname  string
+	rpath   string // DT_RPATH, ignored by the loader when DT_RUNPATH exists
+	runpath string
+	// hasRunpath: DT_RUNPATH is present (even empty), which disables DT_RPATH.
+	hasRunpath bool
+	nodeflib   bool // DF_1_NODEFLIB: no ld.so.cache, no default directories
+}
+
+// dynamic reports whether the object involves the dynamic loader at all.
+func (e *elfInfo) dynamic() bool { return e.interp != "" || len(e.needed) > 0 }
+
+// isELF reports whether head starts with the ELF magic.
+func isELF(head []byte) bool { return bytes.HasPrefix(head, []byte(elf.ELFMAG)) }
+
+// readELF reads the program interpreter and the dynamic section the way the
+// loader does: through program headers (PT_INTERP, PT_DYNAMIC) and DT_STRTAB
+// mapped to a file offset through PT_LOAD, so section headers do not matter.
+func readELF(r io.ReaderAt) (*elfInfo, error) {
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return nil, err
+	}
+	info := &elfInfo{class: f.Class, machine: f.Machine, typ: f.Type}
+	var dyn *elf.Prog
+	for _, p := range f.Progs {
+		switch p.Type {
+		case elf.PT_INTERP:
+			if p.Filesz == 0 || p.Filesz > maxInterpLen {
+				return nil, fmt.Errorf("PT_INTERP of %d bytes", p.Filesz)
+			}
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err != nil {
+				return nil, fmt.Errorf("reading PT_INTERP: %w", err)
+			}
+			if i := bytes.IndexByte(b, 0); i >= 0 {
+				b = b[:i]
+			}
+			info.interp = string(b)
+		case elf.PT_DYNAMIC:
+			dyn = p
+		}
+	}
+	if dyn == nil || dyn.Filesz == 0 {
+		return info, nil
+	}
+	if dyn.Filesz > maxDynamicLen {
+		return nil, fmt.Errorf("PT_DYNAMIC of %d bytes", dyn.Filesz)
+	}
+	raw := make([]byte, dyn.Filesz)
+	if _, err := dyn.ReadAt(raw, 0); err != nil {
+		return nil, fmt.Errorf("reading PT_DYNAMIC: %w", err)
+	}
+	entSize := 16
+	if f.Class == elf.ELFCLASS32 {
+		entSize = 8
+	}
+	var (
+		needed                 []uint64
+		soname, rpath, runpath uint64
+		hasSoname, hasRpath    bool
+		strtab, strsz          uint64
+		hasStrtab              bool
+		flags1                 uint64
+		order                  = f.ByteOrder
+	)
+	for off := 0; off+entSize <= len(raw); off += entSize {
+		var tag, val uint64
+		if entSize == 16 {
+			tag, val = order.Uint64(raw[off:]), order.Uint64(raw[off+8:])
+		} else {
+			tag, val = uint64(order.Uint32(raw[off:])), uint64(order.Uint32(raw[off+4:]))
+		}
+		switch elf.DynTag(tag) {
+		case elf.DT_NULL:
+			off = len(raw) // end of the dynamic array
+		case elf.DT_NEEDED:
+			if len(needed) < 4096 {
+				needed = append(needed, val)
+			}
+		case elf.DT_SONAME:
+			soname, hasSoname = val, true
+		case elf.DT_RPATH:
+			rpath, hasRpath = val, true
+		case elf.DT_RUNPATH:
+			runpath, info.hasRunpath = val, true
+		case elf.DT_STRTAB:
+			strtab, hasStrtab = val, true
+		case elf.DT_STRSZ:
+			strsz = val
+		case elf.DT_FLAGS_1:
+			flags1 = val
+		}
+	}
+	info.nodeflib = flags1&uint64(elf.DF_1_NODEFLIB) != 0
+	if len(needed) == 0 && !hasSoname && !hasRpath && !info.hasRunpath {
+		return info, nil
+	}
+	if !hasStrtab || strsz == 0 || strsz > maxDynStrLen {
+		return nil, fmt.Errorf("dynamic section without a usable string table")
+	}
+	strs, err := readVaddr(f, strtab, strsz)
+	if err != nil {
+		return nil, fmt.Errorf("reading DT_STRTAB: %w", err)
+	}
+	str := func(off uint64) (string, error) {
+		if off >= uint64(len(strs)) {
+			return "", fmt.Errorf("dynamic string offset %d beyond DT_STRSZ %d", off, len(strs))
+		}
+		s := strs[off:]
+		i := bytes.IndexByte(s, 0)
+		if i < 0 {
+			return "", fmt.Errorf("dynamic string at %d is not terminated", off)
+		}
+		return string(s[:i]), nil
+	}
+	for _, n := range needed {
+		s, err := str(n)
+		if err != nil {
+			return nil, err
+		}
+		info.needed = append(info.needed, s)
+	}
+	if hasSoname {
+		if info.soname, err = str(soname); err != nil {
+			return nil, err
+		}
+	}
+	if hasRpath && !info.hasRunpath {
+		if info.rpath, err = str(rpath); err != nil {
+			return nil, err
+		}
+	}
+	if info.hasRunpath {
+		if info.runpath, err = str(runpath); err != nil {
+			return nil, err
+		}
+	}
+	return info, nil
+}
+
+// readVaddr reads size bytes at virtual address addr from the PT_LOAD
+// segment that maps it.
+func readVaddr(f *elf.File, addr, size uint64) ([]byte, error) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr-p.Vaddr >= p.Filesz {
+			continue
+		}
+		off := addr - p.Vaddr
+		if size > p.Filesz-off {
+			return nil, fmt.Errorf("%d bytes at %#x run past their segment", size, addr)
+		}
+		b := make([]byte, size)
+		if _, err := p.ReadAt(b, int64(off)); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("address %#x is not in a PT_LOAD segment", addr)
+}
+
+// elfHeaderMatches reports whether the file at r is an ELF object of the
+// given class and machine: the check the loader makes on every candidate
+// before accepting it (open_verify).
+func elfHeaderMatches(r io.ReaderAt, class elf.Class, machine elf.Machine) bool {
+	var h [20]byte
+	if _, err := r.ReadAt(h[:], 0); err != nil {
+		return false
+	}
+	if !isELF(h[:]) || elf.Class(h[elf.EI_CLASS]) != class {
+		return false
+	}
+	var order binary.ByteOrder
+	switch elf.Data(h[elf.EI_DATA]) {
+	case elf.ELFDATA2LSB:
+		order = binary.LittleEndian
+	case elf.ELFDATA2MSB:
+		order = binary.BigEndian
+	default:
+		return false
+	}
+	return elf.Machine(order.Uint16(h[18:])) == machine
+}
+
+// expandSearchPath splits a DT_RPATH or DT_RUNPATH value into directories,
+// expanding $ORIGIN and ${ORIGIN} to origin. Elements using $LIB or
+// $PLATFORM, and empty or relative elements (relative to whatever the
+// working directory is at run time), are dropped: the container could not
+// reproduce them. Any other '$' is kept literally, as glibc does.
+func expandSearchPath(list, origin string) []string {
+	var dirs []string
+	for _, el := range strings.Split(list, ":") {
+		d, ok := expandDST(el, origin)
+		if !ok || d == "" || !strings.HasPrefix(d, "/") {
+			continue
+		}
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+func expandDST(el, origin string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(el); i++ {
+		if el[i] != '$' {
+			b.WriteByte(el[i])
+			continue
+		}
+		rest := el[i+1:]
+		switch {
+		case dstIs(rest, "ORIGIN") > 0:
+			b.WriteString(origin)
+			i += dstIs(rest, "ORIGIN")
+		case dstIs(rest, "LIB") > 0, dstIs(rest, "PLATFORM") > 0:
+			return "", false
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String(), true
+}
+
+// dstIs returns how many bytes after '$' form the token name ("NAME" or
+// "{NAME}"), or 0 when rest does not start with it. A bare name must not
+// run on into more identifier characters.
+func dstIs(rest, name string) int {
+	if strings.HasPrefix(rest, "{"+name+"}") {
+		return len(name) + 2
+	}
+	if !strings.HasPrefix(rest, name) {
+		return 0
+	}
+	if len(rest) > len(name) {
+		c := rest[len(name)]
+		if c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' {
+			return 0
+		}
+	}
+	return len(name)
+}
+
+// defaultLibDirs are the directories searched last for an object of the
+// given class and machine, in order. Candidates of another class or machine
+// are skipped anyway, so listing a directory too many only costs a stat.
+func defaultLibDirs(class elf.Class, machine elf.Machine) []string {
+	multiarch := func(triplet string, more ...string) []string {
+		return append([]string{"/lib/" + triplet, "/usr/lib/" + triplet}, more...)
+	}
+	switch {
+	case machine == elf.EM_X86_64 && class == elf.ELFCLASS64:
+		return multiarch("x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+	case machine == elf.EM_X86_64 && class == elf.ELFCLASS32:
+		return multiarch("x86_64-linux-gnux32", "/libx32", "/usr/libx32", "/lib", "/usr/lib")
+	case machine == elf.EM_386:
+		return multiarch("i386-linux-gnu", "/lib32", "/usr/lib32", "/lib", "/usr/lib")
+	case machine == elf.EM_AARCH64:
+		return multiarch("aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+	case machine == elf.EM_ARM:
+		return multiarch("arm-linux-gnueabihf", "/lib", "/usr/lib")
+	case machine == elf.EM_RISCV && class == elf.ELFCLASS64:
+		return multiarch("riscv64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+	case machine == elf.EM_PPC64:
+		return multiarch("powerpc64le-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+	case machine == elf.EM_S390:
+		return multiarch("s390x-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+	case class == elf.ELFCLASS64:
+		return []string{"/lib64", "/usr/lib64", "/lib", "/usr/lib"}
+	default:
+		return []string{"/lib", "/usr/lib"}
+	}
+}
+
+// hostMachine is the ELF machine of the running program, used to pick which
+// ELF files inside declared directories are chased (Options.TreeELF).
+func hostMachine() (elf.Class, elf.Machine) {
+	switch runtime.GOARCH {
+	case "amd64":
+		return elf.ELFCLASS64, elf.EM_X86_64
+	case "386":
+		return elf.ELFCLASS32, elf.EM_386
+	case "arm64":
+		return elf.ELFCLASS64, elf.EM_AARCH64
+	case "arm":
+		return elf.ELFCLASS32, elf.EM_ARM
+	case "riscv64":
+		return elf.ELFCLASS64, elf.EM_RISCV
+	case "ppc64le":
+		return elf.ELFCLASS64, elf.EM_PPC64
+	case "s390x":
+		return elf.ELFCLASS64, elf.EM_S390
+	}
+	return elf.ELFCLASSNONE, elf.EM_NONE
+}

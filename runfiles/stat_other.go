@@ -1,0 +1,11 @@
+//go:build !linux
+
+package runfiles
+
+import "io/fs"
+
+// statKeyOf returns what a portable stat offers: no inode and no ctime, so
+// on these systems the stat cache is much weaker. hookbox runs on Linux.
+func statKeyOf(fi fs.FileInfo) statKey {
+	return statKey{Size: fi.Size(), MtimeNS: fi.ModTime().UnixNano()}
+}

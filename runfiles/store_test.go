@@ -1,0 +1,493 @@
+package runfiles
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/canonjson"
+)
+
+func openTestStore(t testing.TB) *Store {
+	t.Helper()
+	root := t.TempDir()
+	s, err := OpenStore(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tree is read-only: let the test cleanup remove it.
+	t.Cleanup(func() { removeTree(root) })
+	return s
+}
+
+func assemble(t testing.TB, s *Store, programs []string, opts Options) *Result {
+	t.Helper()
+	res, err := Assemble(context.Background(), s, programs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func sha256Hex(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// checkTree walks the tree and compares it with the manifest: exactly the
+// manifest's entries, types, tree modes, link texts, sizes and content.
+// It also checks the manifest against the host it was taken from.
+func checkTree(t *testing.T, res *Result) {
+	t.Helper()
+	want := make(map[string]render.Runfile)
+	for _, e := range res.Manifest {
+		want[e.Path] = e
+	}
+	digest, _, err := canonjson.Digest(res.Manifest)
+	if err != nil || digest != res.ManifestDigest {
+		t.Errorf("manifest digest %s, recomputed %s (%v)", res.ManifestDigest, digest, err)
+	}
+	if !strings.HasSuffix(res.TreeDir, strings.TrimPrefix(digest, "sha256:")) {
+		t.Errorf("tree %s is not named by the manifest digest %s", res.TreeDir, digest)
+	}
+	seen := 0
+	err = filepath.WalkDir(res.TreeDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 && fi.Mode().Perm()&0o222 != 0 {
+			t.Errorf("%s is writable: %v", p, fi.Mode())
+		}
+		if p == res.TreeDir {
+			return nil
+		}
+		rel := strings.TrimPrefix(p, res.TreeDir)
+		e, ok := want[rel]
+		if !ok {
+			t.Errorf("tree has %s, not in the manifest", rel)
+			return nil
+		}
+		seen++
+		if fi.Mode() != TreeMode(e) {
+			t.Errorf("%s: mode %v, want %v", rel, fi.Mode(), TreeMode(e))
+		}
+		switch e.Type {
+		case render.RunfileFile:
+			host, err := os.Lstat(rel)
+			if err != nil {
+				t.Errorf("host %s: %v", rel, err)
+				return nil
+			}
+			if got := sha256Hex(t, p); got != e.SHA256 || fi.Size() != e.Size {
+				t.Errorf("%s: sha256 %s size %d, manifest %s %d", rel, got, fi.Size(), e.SHA256, e.Size)
+			}
+			if host := sha256Hex(t, rel); host != e.SHA256 {
+				t.Errorf("%s: host content %s, manifest %s", rel, host, e.SHA256)
+			}
+			if e.Mode != uint32(host.Mode().Perm()) {
+				t.Errorf("%s: manifest mode %o, host %o", rel, e.Mode, host.Mode().Perm())
+			}
+		case render.RunfileSymlink:
+			if got, _ := os.Readlink(p); got != e.Target {
+				t.Errorf("%s: link %q, want %q", rel, got, e.Target)
+			}
+		case render.RunfileDir:
+		default:
+			t.Errorf("%s: type %s", rel, e.Type)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen != len(res.Manifest) {
+		t.Errorf("tree has %d entries, manifest %d", seen, len(res.Manifest))
+	}
+}
+
+// scriptFixture writes a "#!/bin/sh" script into dir. Being new, it stays
+// within the stat cache's racy window for the whole test.
+func scriptFixture(t testing.TB, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestAssembleIdempotent(t *testing.T) {
+	s := openTestStore(t)
+	script := scriptFixture(t, t.TempDir(), "hook", "echo hook")
+	programs := []string{"/bin/sh", "/usr/bin/env", script}
+	opts := Options{Dirs: []string{"/grants/docs"}}
+
+	var events []Progress
+	first := assemble(t, s, programs, Options{Dirs: opts.Dirs, Progress: func(p Progress) { events = append(events, p) }})
+	checkTree(t, first)
+	if first.Stats.BytesCopied == 0 || !first.Stats.TreeBuilt || first.Stats.Files == 0 {
+		t.Errorf("first assembly: %+v", first.Stats)
+	}
+	if len(events) != first.Stats.Files || events[len(events)-1].Done != first.Stats.Files {
+		t.Errorf("progress: %d events for %d files", len(events), first.Stats.Files)
+	}
+	if first.Stats.BytesCopied+first.Stats.BytesReused != sumSizes(first.Manifest) {
+		t.Errorf("copied %d + reused %d != %d bytes of files", first.Stats.BytesCopied, first.Stats.BytesReused, sumSizes(first.Manifest))
+	}
+
+	second := assemble(t, s, programs, opts)
+	if second.ManifestDigest != first.ManifestDigest || second.TreeDir != first.TreeDir || !slices.Equal(second.Manifest, first.Manifest) {
+		t.Fatalf("second assembly differs: %s vs %s", second.ManifestDigest, first.ManifestDigest)
+	}
+	if second.Stats.BytesCopied != 0 || second.Stats.TreeBuilt || second.Stats.Repaired != 0 {
+		t.Errorf("second assembly did work: %+v", second.Stats)
+	}
+	// Host files written long ago come from the stat cache: not even read.
+	// The script was just written, so it is read again (racily clean) but
+	// nothing is copied.
+	if second.Stats.FilesHashed > 1 {
+		t.Errorf("second assembly hashed %d files, want at most the fresh script", second.Stats.FilesHashed)
+	}
+	if second.Stats.BytesReused != sumSizes(second.Manifest) {
+		t.Errorf("reused %d of %d bytes", second.Stats.BytesReused, sumSizes(second.Manifest))
+	}
+	checkTree(t, second)
+
+	full := assemble(t, s, programs, Options{Dirs: opts.Dirs, Verify: VerifyFull})
+	if full.TreeDir != first.TreeDir || full.Stats.BytesCopied != 0 || full.Stats.Repaired != 0 {
+		t.Errorf("full verification of an intact store: %+v", full.Stats)
+	}
+}
+
+func sumSizes(m []render.Runfile) int64 {
+	var n int64
+	for _, e := range m {
+		n += e.Size
+	}
+	return n
+}
+
+func TestAssembleChangedSource(t *testing.T) {
+	s := openTestStore(t)
+	dir := t.TempDir()
+	script := scriptFixture(t, dir, "hook", "echo AAAA")
+	first := assemble(t, s, []string{script}, Options{})
+	// Same size, different bytes, at once: within the racy window.
+	scriptFixture(t, dir, "hook", "echo BBBB")
+	second := assemble(t, s, []string{script}, Options{})
+	if second.ManifestDigest == first.ManifestDigest || second.TreeDir == first.TreeDir {
+		t.Fatalf("a rewritten script kept digest %s", first.ManifestDigest)
+	}
+	e1, e2 := entry(first.Manifest, script), entry(second.Manifest, script)
+	if e1.SHA256 == e2.SHA256 || e2.SHA256 != sha256Hex(t, script) {
+		t.Errorf("script digest %s -> %s, host %s", e1.SHA256, e2.SHA256, sha256Hex(t, script))
+	}
+	checkTree(t, second)
+	// The first tree is untouched.
+	if got := sha256Hex(t, first.TreeDir+script); got != e1.SHA256 {
+		t.Errorf("old tree changed: %s", got)
+	}
+}
+
+func entry(m []render.Runfile, path string) render.Runfile {
+	for _, e := range m {
+		if e.Path == path {
+			return e
+		}
+	}
+	return render.Runfile{}
+}
+
+func TestAssembleTamperedObject(t *testing.T) {
+	s := openTestStore(t)
+	script := scriptFixture(t, t.TempDir(), "hook", "echo original")
+	programs := []string{"/bin/sh", script}
+	first := assemble(t, s, programs, Options{})
+	dash := resolvedFile(t, first.Manifest, "/bin/sh")
+
+	tamper := func(path string, keepSeal bool) {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(path)
+		b[len(b)-2] ^= 0xff // same size, different content
+		os.Chmod(path, 0o644)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if keepSeal {
+			os.Chmod(path, fi.Mode())
+			os.Chtimes(path, sealTime, sealTime)
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		path     string // the file whose store object is tampered with
+		keepSeal bool
+		verify   Verify
+	}{
+		{"write", dash.Path, false, VerifyQuick},
+		{"write-script", script, false, VerifyQuick},
+		{"stealthy-full", dash.Path, true, VerifyFull},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := entry(first.Manifest, c.path)
+			obj := s.ObjectPath(e.SHA256, e.Mode)
+			tamper(obj, c.keepSeal)
+			if sha256Hex(t, first.TreeDir+c.path) == e.SHA256 {
+				t.Fatal("the tree shares the object's inode: tampering should show there too")
+			}
+			res := assemble(t, s, programs, Options{Verify: c.verify})
+			if res.Stats.Repaired != 1 || !res.Stats.TreeReplaced || res.ManifestDigest != first.ManifestDigest {
+				t.Errorf("tampering not repaired: %+v", res.Stats)
+			}
+			if got := sha256Hex(t, obj); got != e.SHA256 {
+				t.Errorf("object still has %s", got)
+			}
+			checkTree(t, res)
+			again := assemble(t, s, programs, Options{Verify: VerifyFull})
+			if again.Stats.Repaired != 0 || again.Stats.TreeBuilt || again.Stats.BytesCopied != 0 {
+				t.Errorf("after repair: %+v", again.Stats)
+			}
+		})
+	}
+	t.Run("removed-object", func(t *testing.T) {
+		e := entry(first.Manifest, dash.Path)
+		obj := s.ObjectPath(e.SHA256, e.Mode)
+		if err := os.Remove(obj); err != nil {
+			t.Fatal(err)
+		}
+		res := assemble(t, s, programs, Options{})
+		if res.Stats.BytesCopied != e.Size || res.Stats.Repaired != 0 {
+			t.Errorf("missing object: %+v", res.Stats)
+		}
+		checkTree(t, res)
+	})
+	t.Run("tree-entry", func(t *testing.T) {
+		// Something added to a tree makes it rebuilt.
+		res := assemble(t, s, programs, Options{})
+		extra := filepath.Join(res.TreeDir, "usr", "extra")
+		os.Chmod(filepath.Dir(extra), 0o755)
+		os.WriteFile(extra, nil, 0o444)
+		res = assemble(t, s, programs, Options{})
+		if !res.Stats.TreeReplaced {
+			t.Errorf("an extra tree entry went unnoticed: %+v", res.Stats)
+		}
+		checkTree(t, res)
+	})
+}
+
+// resolvedFile is the manifest's file entry that path resolves to.
+func resolvedFile(t *testing.T, m []render.Runfile, path string) render.Runfile {
+	t.Helper()
+	byPath := make(map[string]render.Runfile)
+	for _, e := range m {
+		byPath[e.Path] = e
+	}
+	return byPath[resolvesInside(t, byPath, path)]
+}
+
+func TestAssembleConcurrent(t *testing.T) {
+	s := openTestStore(t)
+	dir := t.TempDir()
+	a := scriptFixture(t, dir, "a", "echo a")
+	b := scriptFixture(t, dir, "b", "echo b")
+	sets := []struct {
+		programs []string
+		opts     Options
+	}{
+		{[]string{"/bin/sh", a}, Options{}},
+		{[]string{"/usr/bin/env", b}, Options{}},
+		{[]string{"/bin/sh", a, b}, Options{Dirs: []string{"/grants/x"}}},
+		{[]string{"/bin/sh"}, Options{Verify: VerifyFull}},
+	}
+	const goroutines = 16
+	results := make([]*Result, goroutines)
+	errs := make([]error, goroutines)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			set := sets[i%len(sets)]
+			results[i], errs[i] = Assemble(context.Background(), s, set.programs, set.opts)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("goroutine %d: %v", i, err)
+		}
+	}
+	for i, r := range results {
+		ref := results[i%len(sets)]
+		if r.ManifestDigest != ref.ManifestDigest || r.TreeDir != ref.TreeDir {
+			t.Errorf("goroutine %d: %s, same set gave %s", i, r.ManifestDigest, ref.ManifestDigest)
+		}
+		if r.Stats.Repaired != 0 {
+			t.Errorf("goroutine %d repaired objects in an untampered store: %+v", i, r.Stats)
+		}
+	}
+	for i := range sets {
+		checkTree(t, results[i])
+	}
+	if left, _ := os.ReadDir(s.tmpDir()); len(left) != 0 {
+		t.Errorf("temporary files left behind: %v", left)
+	}
+}
+
+func TestStoreStatCacheRules(t *testing.T) {
+	s := openTestStore(t)
+	key := statKey{Dev: 1, Ino: 2, Size: 3, MtimeNS: 4, CtimeNS: time.Now().UnixNano()}
+	sha := strings.Repeat("ab", 32)
+	if err := s.recordStat(key, statRecord{SHA256: sha, Size: 3, ReadNS: key.CtimeNS + int64(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.lookupStat(key); ok {
+		t.Error("an entry read within the racy window is trusted")
+	}
+	s.recordStat(key, statRecord{SHA256: sha, Size: 3, ReadNS: key.CtimeNS + int64(3*time.Second)})
+	if r, ok := s.lookupStat(key); !ok || r.SHA256 != sha {
+		t.Errorf("an aged entry is not trusted: %+v %v", r, ok)
+	}
+	for _, bad := range []statRecord{{SHA256: "zz", Size: 3}, {SHA256: sha, Size: 4}} {
+		bad.ReadNS = key.CtimeNS + int64(time.Hour)
+		s.recordStat(key, bad)
+		if _, ok := s.lookupStat(key); ok {
+			t.Errorf("bad record %+v trusted", bad)
+		}
+	}
+	os.WriteFile(filepath.Join(s.statDir(), key.String()), []byte("{garbage"), 0o644)
+	if _, ok := s.lookupStat(key); ok {
+		t.Error("garbage record trusted")
+	}
+}
+
+func TestStorePutDetectsChangedSource(t *testing.T) {
+	s := openTestStore(t)
+	p := scriptFixture(t, t.TempDir(), "x", "echo 1")
+	fi, _ := os.Lstat(p)
+	key := statKeyOf(fi)
+	key.MtimeNS-- // what a closure computed before the file changed
+	_, err := s.put(context.Background(), p, key, 0o755, VerifyQuick)
+	if !errors.Is(err, ErrSourceChanged) {
+		t.Errorf("want ErrSourceChanged, got %v", err)
+	}
+}
+
+func TestAssembleCancelled(t *testing.T) {
+	s := openTestStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Assemble(ctx, s, []string{"/bin/sh"}, Options{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("want context.Canceled, got %v", err)
+	}
+}
+
+func TestDefaultStateDir(t *testing.T) {
+	got := DefaultStateDir()
+	if os.Geteuid() == 0 {
+		if got != "/var/lib/hookbox" {
+			t.Errorf("root: %q", got)
+		}
+		return
+	}
+	t.Setenv("XDG_DATA_HOME", "/x/data")
+	if got := DefaultStateDir(); got != "/x/data/hookbox" {
+		t.Errorf("XDG_DATA_HOME: %q", got)
+	}
+	t.Setenv("XDG_DATA_HOME", "")
+	home, _ := os.UserHomeDir()
+	if got := DefaultStateDir(); got != filepath.Join(home, ".local/share/hookbox") {
+		t.Errorf("home: %q", got)
+	}
+}
+
+func TestObjectNames(t *testing.T) {
+	s := &Store{root: "/r"}
+	for mode, want := range map[uint32]string{0o755: "/r/runfiles/sha256/ab", 0o100: "/r/runfiles/sha256/ab", 0o644: "/r/runfiles/sha256-0444/ab"} {
+		if got := s.ObjectPath("ab", mode); got != want {
+			t.Errorf("ObjectPath(%o) = %s, want %s", mode, got, want)
+		}
+	}
+	if got := s.TreePath("sha256:cd"); got != "/r/runfiles/trees/cd" {
+		t.Errorf("TreePath = %s", got)
+	}
+}
+
+// checkStore checks every object in the store: named by the sha256 of its
+// content, read-only with its directory's mode, sealed.
+func checkStore(t *testing.T, s *Store) int {
+	t.Helper()
+	n := 0
+	for _, mode := range []fs.FileMode{0o555, 0o444} {
+		dir := s.objectsDir(mode)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ents {
+			p := filepath.Join(dir, d.Name())
+			fi, err := os.Lstat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sha256Hex(t, p); got != d.Name() || fi.Mode() != mode || !fi.ModTime().Equal(sealTime) {
+				t.Errorf("object %s: content %s, mode %v, mtime %v", p, got, fi.Mode(), fi.ModTime())
+			}
+			n++
+		}
+	}
+	return n
+}
+
+// TestAssembleRepairsAnyTamperedObject tampers with every object of the
+// store in turn, found by listing the store rather than from the manifest.
+func TestAssembleRepairsAnyTamperedObject(t *testing.T) {
+	s := openTestStore(t)
+	programs := []string{"/bin/sh", "/usr/bin/env"}
+	first := assemble(t, s, programs, Options{})
+	if n := checkStore(t, s); n == 0 {
+		t.Fatal("no objects in the store")
+	}
+	for _, mode := range []fs.FileMode{0o555, 0o444} {
+		ents, _ := os.ReadDir(s.objectsDir(mode))
+		for _, d := range ents {
+			p := filepath.Join(s.objectsDir(mode), d.Name())
+			os.Chmod(p, 0o644)
+			if err := os.WriteFile(p, []byte("tampered\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			res := assemble(t, s, programs, Options{})
+			if res.Stats.Repaired != 1 || res.ManifestDigest != first.ManifestDigest {
+				t.Errorf("%s: %+v", p, res.Stats)
+			}
+			checkStore(t, s)
+			checkTree(t, res)
+		}
+	}
+}

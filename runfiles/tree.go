@@ -1,0 +1,251 @@
+package runfiles
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"hookbox.dev/hookbox/render"
+)
+
+// TreeMode is the mode an entry has in an assembled tree: files 0555 when
+// the host mode (e.Mode) has an execute bit and 0444 otherwise,
+// directories 0555, symlinks 0777.
+func TreeMode(e render.Runfile) fs.FileMode {
+	switch e.Type {
+	case render.RunfileDir:
+		return fs.ModeDir | 0o555
+	case render.RunfileSymlink:
+		return fs.ModeSymlink | 0o777
+	}
+	return objectMode(e.Mode)
+}
+
+// errTreeMismatch: an existing tree does not match its manifest.
+var errTreeMismatch = errors.New("tree does not match its manifest")
+
+// ensureTree returns the directory of the tree for manifest (digest hex),
+// reusing a complete, verified one or building it. objects maps each file
+// path to the lstat of its store object. built reports a new tree;
+// replaced, that a damaged one was moved aside first.
+func (s *Store) ensureTree(ctx context.Context, hexDigest string, manifest []render.Runfile, objects map[string]fs.FileInfo) (dir string, built, replaced bool, err error) {
+	dir = s.TreePath(hexDigest)
+	for attempt := 0; attempt < 3; attempt++ {
+		err := verifyTree(dir, manifest, objects)
+		if err == nil {
+			return dir, built, replaced, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			if !errors.Is(err, errTreeMismatch) {
+				return "", false, false, err
+			}
+			if err := s.discard(dir); err != nil {
+				return "", false, false, err
+			}
+			replaced = true
+		}
+		ok, err := s.buildTree(ctx, dir, manifest)
+		if err != nil {
+			return "", false, false, err
+		}
+		built = built || ok
+	}
+	return "", false, false, fmt.Errorf("tree %s keeps failing verification", dir)
+}
+
+// verifyTree walks dir and checks it holds exactly the manifest's entries.
+// fs.ErrNotExist when there is no tree; errTreeMismatch when it differs.
+func verifyTree(dir string, manifest []render.Runfile, objects map[string]fs.FileInfo) error {
+	if _, err := os.Lstat(dir); err != nil {
+		return err
+	}
+	want := make(map[string]render.Runfile, len(manifest))
+	for _, e := range manifest {
+		want[e.Path] = e
+	}
+	mismatch := func(p, why string) error { return fmt.Errorf("%w: %s: %s", errTreeMismatch, p, why) }
+	count := 0
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == dir {
+			return nil
+		}
+		rel := p[len(dir):]
+		e, ok := want[rel]
+		if !ok {
+			return mismatch(rel, "not in the manifest")
+		}
+		count++
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if fi.Mode() != TreeMode(e) {
+			return mismatch(rel, fmt.Sprintf("mode %v, want %v", fi.Mode(), TreeMode(e)))
+		}
+		switch e.Type {
+		case render.RunfileSymlink:
+			t, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if t != e.Target {
+				return mismatch(rel, "link text "+t)
+			}
+		case render.RunfileFile:
+			if fi.Size() != e.Size || !fi.ModTime().Equal(sealTime) {
+				return mismatch(rel, "size or seal time changed")
+			}
+			if obj := objects[rel]; obj != nil && os.SameFile(fi, obj) {
+				return nil
+			}
+			// Not the store object's inode: a copy (cross-device or link
+			// limit), or a tree linked to an object since replaced. Trust
+			// only its content.
+			got, err := hashFile(p)
+			if err != nil {
+				return err
+			}
+			if got != e.SHA256 {
+				return mismatch(rel, "content differs")
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if count != len(manifest) {
+		return fmt.Errorf("%w: %d entries, manifest has %d", errTreeMismatch, count, len(manifest))
+	}
+	return nil
+}
+
+// buildTree builds the tree in the store's tmp directory and renames it to
+// dir. ok is false when another assembler renamed its own tree there first.
+func (s *Store) buildTree(ctx context.Context, dir string, manifest []render.Runfile) (ok bool, err error) {
+	tmp, err := os.MkdirTemp(s.tmpDir(), "tree-*")
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if err != nil || !ok {
+			removeTree(tmp)
+		}
+	}()
+	// Sorted by path, so parents come before children.
+	for _, e := range manifest {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		p := filepath.Join(tmp, e.Path)
+		switch e.Type {
+		case render.RunfileDir:
+			err = os.Mkdir(p, 0o700)
+		case render.RunfileSymlink:
+			err = os.Symlink(e.Target, p)
+		case render.RunfileFile:
+			err = s.placeFile(p, e)
+		default:
+			err = fmt.Errorf("%w: entry %s has type %q", ErrUnsupported, e.Path, e.Type)
+		}
+		if err != nil {
+			return false, fmt.Errorf("building tree: %w", err)
+		}
+	}
+	for i := len(manifest) - 1; i >= 0; i-- {
+		if e := manifest[i]; e.Type == render.RunfileDir {
+			if err := os.Chmod(filepath.Join(tmp, e.Path), 0o555); err != nil {
+				return false, err
+			}
+		}
+	}
+	// The root stays writable until renamed: renaming a directory to
+	// another parent updates its "..", which needs write permission.
+	if err := syncDir(tmp); err != nil {
+		return false, err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTEMPTY) {
+			return false, nil // someone else's tree is there: verify that one
+		}
+		return false, err
+	}
+	ok = true
+	if err := os.Chmod(dir, 0o555); err != nil {
+		return true, err
+	}
+	return true, syncDir(s.treesDir())
+}
+
+// placeFile puts the store object of e at p: a hard link, or a verified
+// copy when linking is impossible.
+func (s *Store) placeFile(p string, e render.Runfile) error {
+	obj := s.ObjectPath(e.SHA256, e.Mode)
+	err := os.Link(obj, p)
+	if err == nil || !(errors.Is(err, syscall.EXDEV) || errors.Is(err, syscall.EMLINK)) {
+		return err
+	}
+	src, err := os.Open(obj)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	_, err = copyHashed(context.Background(), dst, src, h)
+	if err == nil && hex.EncodeToString(h.Sum(nil)) != e.SHA256 {
+		err = fmt.Errorf("store object %s changed while copied", obj)
+	}
+	if err == nil {
+		err = dst.Chmod(objectMode(e.Mode))
+	}
+	if err == nil {
+		err = os.Chtimes(p, sealTime, sealTime)
+	}
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// discard moves a tree aside (so its name is free at once) and deletes it.
+func (s *Store) discard(dir string) error {
+	trash, err := os.MkdirTemp(s.tmpDir(), "trash-*")
+	if err != nil {
+		return err
+	}
+	os.Chmod(dir, 0o700) // moving a directory updates its "..": it must be writable
+	err = os.Rename(dir, filepath.Join(trash, "tree"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		removeTree(trash)
+		return fmt.Errorf("moving damaged tree aside: %w", err)
+	}
+	return removeTree(trash)
+}
+
+// removeTree deletes a read-only tree: directories are made writable first
+// (root does not need it; everyone else does).
+func removeTree(dir string) error {
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
