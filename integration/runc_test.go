@@ -84,16 +84,7 @@ func assembleBundle(t *testing.T, spec string, specDir string) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var programs, dirs []string
-	for _, p := range r.Programs {
-		programs = append(programs, p.HostPath)
-	}
-	for _, m := range r.Mounts {
-		if !slices.Contains(images.MountPoints, m.Destination) {
-			dirs = append(dirs, m.Destination)
-		}
-	}
-	res, err := runfiles.Assemble(ctx, store, programs, runfiles.Options{Dirs: dirs})
+	res, err := runfiles.Assemble(ctx, store, r.ProgramPaths(), runfiles.Options{Dirs: r.ExtraMountPoints(images.MountPoints)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/compiler"
+	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/oci"
 	"hookbox.dev/hookbox/render"
@@ -28,12 +29,14 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRenderCommand(), newSchemaCommand(), newImageCommand(), newVersionCommand())
+	root.AddCommand(newRenderCommand(), newRunCommand(), newGCCommand(), newPsCommand(), newLogsCommand(),
+		newDaemonCommand(), newSchemaCommand(), newImageCommand(), newVersionCommand())
 	return root
 }
 
 func newRenderCommand() *cobra.Command {
-	var format, spawn string
+	var format, spawn, stateDir string
+	var withRunfiles bool
 	cmd := &cobra.Command{
 		Use:   "render SPEC",
 		Short: "Compile a spawn spec and print its render",
@@ -42,7 +45,9 @@ each spawn. --format json prints canonical JSON (a SpawnList prints a JSON
 array); the sha256 of one render's canonical bytes is its digest.
 --format text prints a view for humans, digest included. --format oci prints
 the OCI runtime spec a run would get (run id "plan", values resolved at
-launch shown as placeholders).`,
+launch shown as placeholders). --runfiles assembles every program's runfiles
+(closure, content-addressed store) and puts the manifest in the render, as
+hookbox run does, so a changed binary changes the digest.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "json" && format != "text" && format != "oci" {
@@ -58,6 +63,14 @@ launch shown as placeholders).`,
 					return usageError{fmt.Errorf("--spawn %q: no such spawn in %s", spawn, args[0])}
 				}
 			}
+			if withRunfiles {
+				if stateDir == "" {
+					stateDir = runfiles.DefaultStateDir()
+				}
+				if err := addRunfiles(cmd.Context(), renders, stateDir); err != nil {
+					return err
+				}
+			}
 			var out bytes.Buffer
 			if err := writeRenders(&out, renders, format); err != nil {
 				return err
@@ -68,6 +81,8 @@ launch shown as placeholders).`,
 	}
 	cmd.Flags().StringVar(&format, "format", "json", "output format: json, text or oci")
 	cmd.Flags().StringVar(&spawn, "spawn", "", "print only the spawn with this name")
+	cmd.Flags().BoolVar(&withRunfiles, "runfiles", false, "assemble the runfiles and include their manifest")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store (default /var/lib/hookbox as root)")
 	return cmd
 }
 
@@ -118,6 +133,26 @@ func writeRenders(w io.Writer, renders []*render.Render, format string) error {
 			if i == len(renders)-1 {
 				fmt.Fprintln(w, "]")
 			}
+		}
+	}
+	return nil
+}
+
+// addRunfiles assembles each render's runfiles into the store and records
+// the manifest in the render.
+func addRunfiles(ctx context.Context, renders []*render.Render, stateDir string) error {
+	store, err := runfiles.OpenStore(stateDir)
+	if err != nil {
+		return err
+	}
+	for _, r := range renders {
+		res, err := runfiles.Assemble(ctx, store, r.ProgramPaths(), runfiles.Options{Dirs: r.ExtraMountPoints(images.MountPoints)})
+		if err != nil {
+			return fmt.Errorf("spawn %s: %w", r.Spawn, err)
+		}
+		r.Runfiles = res.Manifest
+		if err := mounts.CheckPrograms(r); err != nil {
+			return fmt.Errorf("spawn %s: %w", r.Spawn, err)
 		}
 	}
 	return nil

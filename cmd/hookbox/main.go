@@ -14,7 +14,7 @@ import (
 // Exit codes of every hookbox command (documented in README.md).
 const (
 	exitOK    = 0
-	exitError = 1 // anything else: unreadable file, internal error
+	exitFailure = 1 // anything else: unreadable file, internal error
 	exitSpec  = 2 // the spec (or the command line) is invalid
 )
 
@@ -37,11 +37,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "hookbox:", errorText(err))
 	var usage usageError
+	var exit exitError
 	switch {
+	case errors.As(err, &exit):
+		return exit.code
 	case errors.Is(err, compiler.ErrSpec), errors.As(err, &usage):
 		return exitSpec
 	default:
-		return exitError
+		return exitFailure
 	}
 }
 

@@ -111,8 +111,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr)
 		}
 	}
-	if code, _, _ := runCLI(t, "render", filepath.Join(t.TempDir(), "missing.yaml")); code != exitError {
-		t.Errorf("a missing file should exit %d, got %d", exitError, code)
+	if code, _, _ := runCLI(t, "render", filepath.Join(t.TempDir(), "missing.yaml")); code != exitFailure {
+		t.Errorf("a missing file should exit %d, got %d", exitFailure, code)
 	}
 }
 
@@ -156,5 +156,53 @@ func TestRenderOCI(t *testing.T) {
 	if len(spec.Process.Args) == 0 || !strings.HasSuffix(spec.Process.Args[0], "/bin/hookbox-scripted-engine") ||
 		spec.Process.User.UID != 65532 || !spec.Root.Readonly || spec.Linux.CgroupsPath != "/hookbox/plan" {
 		t.Errorf("unexpected spec: %+v", spec)
+	}
+}
+
+// TestRenderRunfilesDigest: with --runfiles the manifest is in the render,
+// so changing the engine binary changes the digest.
+func TestRenderRunfilesDigest(t *testing.T) {
+	progDir, err := os.MkdirTemp("/var/tmp", "hookbox-cli-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(progDir)
+	engine := filepath.Join(progDir, "engine")
+	original, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(engine, original, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, "s.yaml", validHead+"  engine: {kind: exec, path: "+engine+"}\n  workspace: .\n")
+	state := filepath.Join(dir, "state")
+	digestOf := func() string {
+		code, stdout, stderr := runCLI(t, "render", "--runfiles", "--state-dir", state, "--format", "text", spec)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		for _, line := range strings.Split(stdout, "\n") {
+			if d, ok := strings.CutPrefix(strings.TrimSpace(line), "digest"); ok {
+				return strings.TrimSpace(d)
+			}
+		}
+		t.Fatalf("no digest in:\n%s", stdout)
+		return ""
+	}
+	code, stdout, _ := runCLI(t, "render", "--runfiles", "--state-dir", state, spec)
+	if code != 0 || !strings.Contains(stdout, `"path":"`+engine+`"`) || !strings.Contains(stdout, `"sha256":"`) {
+		t.Fatalf("the render must carry the engine's manifest entry:\n%s", stdout)
+	}
+	first := digestOf()
+	if again := digestOf(); again != first {
+		t.Errorf("unchanged binary, digest changed: %s → %s", first, again)
+	}
+	if err := os.WriteFile(engine, append(original, 0), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if changed := digestOf(); changed == first {
+		t.Error("a changed engine binary must change the render digest")
 	}
 }

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"hookbox.dev/hookbox/compiler"
+	"hookbox.dev/hookbox/launcher"
+	"hookbox.dev/hookbox/launcher/daemon"
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/runfiles"
+	"hookbox.dev/hookbox/secrets"
+)
+
+// Exit codes of `hookbox run` besides the engine's own (README "Exit codes").
+// They avoid 0, 1, 2, 126, 127 and 128+n, which engines and shells use.
+const (
+	exitInfra     = 120 // hookbox could not run or finish the run
+	exitTimedOut  = 121
+	exitCancelled = 122
+	exitContract  = 123 // exited 0 without its declared artifacts
+	exitOOM       = 125
+)
+
+// exitError carries a run's exit code out of cobra.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+
+func newRunCommand() *cobra.Command {
+	var spawn, address, stateDir string
+	var jsonOut bool
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "run SPEC",
+		Short: "Run a spawn in a container and record the run",
+		Long: `Compile SPEC and run the spawn as a containerd task: runfiles and workspace
+read-only, a tmpfs run dir as the only writable place, no network. The run
+record (render, OCI spec, spawn record, stdout, stderr, artifacts, result)
+is written under the state directory. --json prints one JSON event per line
+(progress, spawned, output, result).`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			renders, err := compiler.CompileFile(args[0])
+			if err != nil {
+				return err
+			}
+			r, err := pickSpawn(renders, spawn, args[0])
+			if err != nil {
+				return err
+			}
+			if stateDir == "" {
+				stateDir = runfiles.DefaultStateDir()
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop() // a second signal must not kill hookbox mid-teardown
+			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace})
+		},
+	}
+	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
+	cmd.Flags().StringVar(&address, "address", "", "containerd socket (default $HOOKBOX_CONTAINERD_ADDRESS, then /run/containerd/containerd.sock, else a managed containerd)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store and run records (default /var/lib/hookbox as root)")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
+	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
+	return cmd
+}
+
+type runFlags struct {
+	address, stateDir string
+	json              bool
+	grace             time.Duration
+}
+
+func pickSpawn(renders []*render.Render, name, file string) (*render.Render, error) {
+	if name != "" {
+		if picked := selectSpawn(renders, name); picked != nil {
+			return picked[0], nil
+		}
+		return nil, usageError{fmt.Errorf("--spawn %q: no such spawn in %s", name, file)}
+	}
+	if len(renders) > 1 {
+		var names []string
+		for _, r := range renders {
+			names = append(names, r.Spawn)
+		}
+		return nil, usageError{fmt.Errorf("%s holds %d spawns (%s): choose one with --spawn", file, len(renders), strings.Join(names, ", "))}
+	}
+	return renders[0], nil
+}
+
+func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFlags) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	env, err := launchEnv(ctx, r)
+	if err != nil {
+		return exitError{exitInfra, err.Error()}
+	}
+	client, endpoint, err := daemon.Resolve(ctx, f.address, daemon.Options{
+		AutoStart: true,
+		StateDir:  f.stateDir,
+		Progress:  func(msg string) { progressLine(stderr, f.json, "containerd", msg) },
+	})
+	if err != nil {
+		return exitError{exitInfra, err.Error()}
+	}
+	defer client.Close()
+
+	opts := launcher.Options{Client: client, Address: endpoint.Address, StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version}
+	if f.json {
+		opts.Sink = launcher.NewJSONSink(stdout)
+	} else {
+		opts.Stdout = stdout
+		opts.Sink = launcher.SinkFunc(func(e launcher.Event) {
+			switch e.Type {
+			case launcher.EventProgress:
+				progressLine(stderr, false, e.Phase, e.Detail)
+			case launcher.EventSpawned:
+				progressLine(stderr, false, "spawned", fmt.Sprintf("%s pid %d cgroup %s", e.RunID, e.Spawned.InitPID, e.Spawned.CgroupsPath))
+			}
+		})
+	}
+	res, err := launcher.Run(ctx, r, opts)
+	if err != nil {
+		return exitError{exitInfra, err.Error()}
+	}
+	if !f.json {
+		printSummary(stderr, res)
+	}
+	code := exitCodeOf(res)
+	if code == 0 {
+		return nil
+	}
+	return exitError{code, fmt.Sprintf("run %s: %s", res.RunID, res.Status)}
+}
+
+// launchEnv resolves the values of the render's host and secret variables.
+// Values go to the container's environment only.
+func launchEnv(ctx context.Context, r *render.Render) (map[string]string, error) {
+	env := map[string]string{}
+	var names []string
+	for _, e := range r.Process.Env {
+		switch e.Source {
+		case render.EnvHost:
+			if v, ok := os.LookupEnv(e.Name); ok {
+				env[e.Name] = v
+			}
+		case render.EnvSecret:
+			names = append(names, e.Name)
+		}
+	}
+	if len(names) == 0 {
+		return env, nil
+	}
+	path, err := secrets.DefaultConfigPath(os.Getenv)
+	if err != nil && !errors.Is(err, secrets.ErrNoConfigPath) {
+		return nil, err
+	}
+	lookup := secrets.Lookup{}
+	if path != "" {
+		if lookup, err = secrets.LoadLookup(path); err != nil {
+			return nil, err
+		}
+	}
+	values, err := secrets.Resolver{Lookup: lookup, LookupEnv: os.LookupEnv}.Resolve(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range values {
+		env[k] = v
+	}
+	return env, nil
+}
+
+func progressLine(w io.Writer, quiet bool, phase, detail string) {
+	if quiet {
+		return
+	}
+	if f, ok := w.(*os.File); ok && !term.IsTerminal(int(f.Fd())) && os.Getenv("HOOKBOX_PROGRESS") == "" {
+		return
+	}
+	fmt.Fprintf(w, "hookbox: %-10s %s\n", phase, detail)
+}
+
+func printSummary(w io.Writer, res *launcher.Result) {
+	code := "-"
+	if res.ExitCode != nil {
+		code = fmt.Sprint(*res.ExitCode)
+	}
+	fmt.Fprintf(w, "hookbox: %s  exit %s  run %s\n", res.Status, code, res.RunID)
+	fmt.Fprintf(w, "hookbox: timings  prepare %dms  create %dms  run %dms  teardown %dms  total %dms\n",
+		res.Timings.Prepare, res.Timings.Create, res.Timings.Run, res.Timings.Teardown, res.Timings.Total)
+	for _, a := range res.Artifacts {
+		fmt.Fprintf(w, "hookbox: artifact %s  %s %s\n", a.Declared, a.Status, a.Path)
+	}
+	if len(res.Reasons) > 0 {
+		fmt.Fprintf(w, "hookbox: reasons  %s\n", strings.Join(res.Reasons, ", "))
+	}
+	if res.Error != "" {
+		fmt.Fprintf(w, "hookbox: error    %s\n", res.Error)
+	}
+	fmt.Fprintf(w, "hookbox: trace    %s (%s)\n", res.Trace.Status, strings.Join(res.Trace.Reasons, ", "))
+	fmt.Fprintf(w, "hookbox: record   %s\n", res.RecordDir)
+}
+
+// exitCodeOf maps a result to hookbox's exit code (README "Exit codes").
+func exitCodeOf(res *launcher.Result) int {
+	switch res.Status {
+	case launcher.StatusCompleted, launcher.StatusFailed:
+		if res.ExitCode != nil {
+			return *res.ExitCode
+		}
+		return exitInfra
+	case launcher.StatusCompletedEmpty:
+		return exitContract
+	case launcher.StatusTimedOut:
+		return exitTimedOut
+	case launcher.StatusCancelled:
+		return exitCancelled
+	case launcher.StatusOOMKilled:
+		return exitOOM
+	}
+	return exitInfra
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"hookbox.dev/hookbox/launcher"
+	"hookbox.dev/hookbox/launcher/daemon"
+	"hookbox.dev/hookbox/runfiles"
+)
+
+func stateDirOr(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return runfiles.DefaultStateDir()
+}
+
+func newGCCommand() *cobra.Command {
+	var address, stateDir string
+	var dryRun, jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Remove what abandoned runs left behind (processes, containers, snapshots, tmpfs, cgroups)",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, _, err := daemon.Resolve(cmd.Context(), address, daemon.Options{AutoStart: false, StateDir: stateDirOr(stateDir)})
+			if err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "hookbox: gc without containerd (%v): only processes, tmpfs and cgroups are collected\n", err)
+				client = nil
+			} else {
+				defer client.Close()
+			}
+			report, err := launcher.GC(cmd.Context(), client, stateDirOr(stateDir), dryRun)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if jsonOut {
+				return json.NewEncoder(out).Encode(report)
+			}
+			verb := "removed"
+			if dryRun {
+				verb = "would remove"
+			}
+			for _, a := range report.Actions {
+				line := fmt.Sprintf("%s %s %s %s", verb, a.RunID, a.What, a.Detail)
+				if a.Error != "" {
+					line += "  ERROR " + a.Error
+				}
+				fmt.Fprintln(out, line)
+			}
+			if len(report.Actions) == 0 {
+				fmt.Fprintf(out, "nothing to collect (%d live runs)\n", len(report.Live))
+			}
+			for _, a := range report.Actions {
+				if a.Error != "" {
+					return exitError{exitInfra, "gc left resources behind; run it again or see the errors above"}
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only print what would be removed")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the report as JSON")
+	cmd.Flags().StringVar(&address, "address", "", "containerd socket")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory")
+	return cmd
+}
+
+func newPsCommand() *cobra.Command {
+	var stateDir string
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "ps",
+		Short: "List run records, newest first",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			runs, err := launcher.ListRuns(stateDirOr(stateDir))
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if jsonOut {
+				return json.NewEncoder(out).Encode(runs)
+			}
+			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUN\tSPAWN\tSTATUS\tEXIT\tCREATED")
+			for _, r := range runs {
+				code := "-"
+				if r.ExitCode != nil {
+					code = fmt.Sprint(*r.ExitCode)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Spawn, r.Status, code, r.CreatedAt.Local().Format(time.DateTime))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory")
+	return cmd
+}
+
+func newLogsCommand() *cobra.Command {
+	var stateDir string
+	var stderr bool
+	cmd := &cobra.Command{
+		Use:   "logs RUN",
+		Short: "Print a run's recorded stdout (or --stderr)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := launcher.StdoutFile
+			if stderr {
+				name = launcher.StderrFile
+			}
+			dir := filepath.Join(launcher.RunsDir(stateDirOr(stateDir)), filepath.Base(args[0]))
+			f, err := os.Open(filepath.Join(dir, name))
+			if err != nil {
+				return fmt.Errorf("run %s: %w (see hookbox ps)", args[0], err)
+			}
+			defer f.Close()
+			_, err = io.Copy(cmd.OutOrStdout(), f)
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&stderr, "stderr", false, "print stderr.log instead")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory")
+	return cmd
+}
+
+func newDaemonCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "daemon", Short: "Manage hookbox's private containerd"}
+	status := &cobra.Command{
+		Use:  "status",
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m := daemon.ManagedPaths(runfiles.DefaultStateDir(), daemon.DefaultRuntimeDir())
+			st, err := m.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(st)
+		},
+	}
+	stop := &cobra.Command{
+		Use:  "stop",
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m := daemon.ManagedPaths(runfiles.DefaultStateDir(), daemon.DefaultRuntimeDir())
+			return m.Stop(cmd.Context(), 10*time.Second)
+		},
+	}
+	cmd.AddCommand(status, stop)
+	return cmd
+}
+

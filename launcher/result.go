@@ -1,0 +1,71 @@
+package launcher
+
+import (
+	"time"
+
+	"hookbox.dev/hookbox/mounts"
+)
+
+// Statuses of a run's result.
+const (
+	StatusCompleted      = "completed"
+	StatusCompletedEmpty = "completed_empty" // exited 0 but produced none of its declared artifacts
+	StatusFailed         = "failed"          // the engine exited non-zero
+	StatusTimedOut       = "timed_out"
+	StatusCancelled      = "cancelled"
+	StatusOOMKilled      = "oom_killed"
+	StatusInfraError     = "infra_error" // hookbox could not run or finish the run
+)
+
+// Reason ids in results (stable strings).
+const (
+	ReasonTimeout            = "timeout"
+	ReasonFirstOutput        = "first-output-timeout"
+	ReasonIdle               = "idle-timeout"
+	ReasonSignal             = "cancelled-by-signal"
+	ReasonNoArtifacts        = "no-declared-artifact"
+	ReasonMissingArtifacts   = "declared-artifact-missing"
+	ReasonOOM                = "oom-kill"
+	ReasonHarvestPartial     = "harvest-partial"
+	ReasonTeardownIncomplete = "teardown-incomplete"
+	ReasonTracerNotRun       = "tracer-not-run"
+)
+
+// Result is result.json.
+type Result struct {
+	SchemaVersion int    `json:"schema_version"`
+	RunID         string `json:"run_id"`
+	Spawn         string `json:"spawn"`
+	RenderDigest  string `json:"render_digest"`
+	Status        string `json:"status"`
+	// ExitCode is the engine's exit code; absent when it never exited on
+	// its own (killed, never started).
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	Signal    string    `json:"signal,omitempty"`
+	Reasons   []string  `json:"reasons,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	EndedAt   time.Time `json:"ended_at"`
+	// Timings are the phase durations in milliseconds.
+	Timings   Timings                `json:"timings_ms"`
+	Artifacts []mounts.ArtifactMatch `json:"artifacts"`
+	Harvest   *mounts.Report         `json:"harvest,omitempty"`
+	Trace     TraceResult            `json:"trace"`
+	RecordDir string                 `json:"record_dir"`
+}
+
+// Timings of a run's phases, in milliseconds.
+type Timings struct {
+	Prepare  int64 `json:"prepare"`  // image, runfiles, tmpfs, mounts
+	Create   int64 `json:"create"`   // container and task
+	Run      int64 `json:"run"`      // start to exit
+	Teardown int64 `json:"teardown"` // kill, delete, harvest, unmount
+	Total    int64 `json:"total"`
+}
+
+// TraceResult is the verdict section. Until the tracer runs it is always
+// unchecked with a reason, never confirmed (CONTRACTS §5).
+type TraceResult struct {
+	Status  string   `json:"status"`
+	Reasons []string `json:"reasons,omitempty"`
+}

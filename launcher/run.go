@@ -1,0 +1,501 @@
+// Package launcher runs a render as a containerd task and records the run.
+//
+// It owns the run lifecycle (CONTRACTS §1, §2, §5): the run id and intent are
+// written before anything is created; the spawn record is written once the
+// sandbox exists and before any output is read; teardown ends every process
+// in the run's cgroup, survives a second cancellation, and is retry-safe;
+// the result is written last. It never judges what ran (the render package
+// does) and never prints a secret: values reach only the container's
+// environment.
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/image-spec/identity"
+
+	"hookbox.dev/hookbox/images"
+	"hookbox.dev/hookbox/launcher/cgroup"
+	"hookbox.dev/hookbox/mounts"
+	"hookbox.dev/hookbox/oci"
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/runfiles"
+)
+
+// DefaultGrace is how long teardown waits after SIGTERM before SIGKILL.
+const DefaultGrace = 10 * time.Second
+
+// Labels every hookbox container carries.
+const (
+	LabelRunID        = "dev.hookbox.run-id"
+	LabelRenderDigest = "dev.hookbox.render-digest"
+	LabelVersion      = "dev.hookbox.version"
+)
+
+// Options configure a run.
+type Options struct {
+	// Client is a connected containerd client; Address names it in records.
+	Client  *containerd.Client
+	Address string
+	// StateDir holds the runfiles store and the run records.
+	StateDir string
+	// Grace between SIGTERM and SIGKILL at teardown (DefaultGrace if 0).
+	Grace time.Duration
+	// Env holds the launch-time values of the render's host and secret
+	// variables (already resolved by the caller).
+	Env map[string]string
+	// Sink receives events; Stdout, if set, receives the engine's stdout
+	// as it streams (human mode).
+	Sink    Sink
+	Stdout  io.Writer
+	Version string
+	// RunID, if set, is used instead of a fresh one (tests).
+	RunID string
+}
+
+// Run runs r to its end and returns its result. Errors before the run id
+// exists are returned as err; everything after is in the result (status
+// infra_error with the error text), which is also written to result.json.
+func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
+	if opts.Client == nil {
+		return nil, errors.New("launcher: no containerd client")
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = DefaultGrace
+	}
+	if opts.Sink == nil {
+		opts.Sink = SinkFunc(func(Event) {})
+	}
+	started := time.Now()
+	id := opts.RunID
+	if id == "" {
+		id = NewRunID(started)
+	}
+	dir := filepath.Join(RunsDir(opts.StateDir), id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("launcher: run record: %w", err)
+	}
+	x := &execution{
+		opts: opts, r: r, id: id, dir: dir, started: started,
+		ctx: namespaces.WithNamespace(ctx, oci.Namespace),
+		result: &Result{SchemaVersion: ResultSchemaVersion, RunID: id, Spawn: r.Spawn, StartedAt: started.UTC(), RecordDir: dir,
+			Trace: TraceResult{Status: "unchecked", Reasons: []string{ReasonTracerNotRun}}},
+	}
+	x.run()
+	return x.result, nil
+}
+
+// execution is one run in progress.
+type execution struct {
+	opts    Options
+	r       *render.Render
+	id, dir string
+	ctx     context.Context
+	started time.Time
+	result  *Result
+
+	treeDir   string
+	rootfs    []mount.Mount
+	runDir    string // host tmpfs
+	container containerd.Container
+	task      containerd.Task
+	exitCh    <-chan containerd.ExitStatus
+	cg        *cgroup.Run
+	stdoutW   *io.PipeWriter
+	readerWG  sync.WaitGroup
+	stderrF   *os.File
+	activity  chan struct{}
+
+	killedFor string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
+}
+
+func (x *execution) emit(e Event) {
+	e.Time = time.Now().UTC()
+	e.RunID = x.id
+	x.opts.Sink.Emit(e)
+}
+
+func (x *execution) progress(phase, format string, args ...any) {
+	x.emit(Event{Type: EventProgress, Phase: phase, Detail: fmt.Sprintf(format, args...)})
+}
+
+func (x *execution) run() {
+	res := x.result
+	err := x.prepare()
+	prepared := time.Now()
+	res.Timings.Prepare = prepared.Sub(x.started).Milliseconds()
+	if err == nil {
+		err = x.create()
+	}
+	created := time.Now()
+	res.Timings.Create = created.Sub(prepared).Milliseconds()
+	if err == nil {
+		x.wait()
+	}
+	ran := time.Now()
+	if x.task != nil {
+		res.Timings.Run = ran.Sub(created).Milliseconds()
+	}
+	if err != nil {
+		res.Status, res.Error = StatusInfraError, err.Error()
+	}
+	x.teardown()
+	res.EndedAt = time.Now().UTC()
+	res.Timings.Teardown = time.Since(ran).Milliseconds()
+	res.Timings.Total = time.Since(x.started).Milliseconds()
+	if werr := writeJSON(filepath.Join(x.dir, ResultFile), res, 0o644); werr != nil && res.Error == "" {
+		res.Status, res.Error = StatusInfraError, "write result: "+werr.Error()
+	}
+	x.emit(Event{Type: EventResult, Result: res})
+}
+
+// prepare writes the intent, then assembles everything the container needs.
+func (x *execution) prepare() error {
+	self, err := cgroup.PidStartTime(os.Getpid())
+	if err != nil {
+		return fmt.Errorf("read own start time: %w", err)
+	}
+	intent := Intent{
+		SchemaVersion: 1, RunID: x.id, Spawn: x.r.Spawn, ContainerID: x.id, SnapshotKey: x.id,
+		CgroupsPath: oci.CgroupsPath(x.id), HookboxPID: os.Getpid(), HookboxStart: self,
+		Address: x.opts.Address, CreatedAt: x.started.UTC(),
+	}
+	if err := writeJSON(filepath.Join(x.dir, IntentFile), intent, 0o644); err != nil {
+		return fmt.Errorf("write intent: %w", err)
+	}
+
+	x.progress("image", "base image")
+	img, err := x.ensureImage()
+	if err != nil {
+		return err
+	}
+
+	store, err := runfiles.OpenStore(x.opts.StateDir)
+	if err != nil {
+		return err
+	}
+	programs := x.r.ProgramPaths()
+	x.progress("runfiles", "%d programs", len(programs))
+	assembled, err := runfiles.Assemble(x.ctx, store, programs, runfiles.Options{Dirs: x.r.ExtraMountPoints(images.MountPoints)})
+	if err != nil {
+		return err
+	}
+	x.progress("runfiles", "%d files, %s copied, %s reused", assembled.Stats.Files,
+		humanBytes(assembled.Stats.BytesCopied), humanBytes(assembled.Stats.BytesReused))
+	x.treeDir = assembled.TreeDir
+	x.r.Runfiles = assembled.Manifest
+	if err := mounts.CheckPrograms(x.r); err != nil {
+		return err
+	}
+	digest, canonical, err := x.r.Digest()
+	if err != nil {
+		return err
+	}
+	x.result.RenderDigest = digest
+	if err := writeFileAtomic(filepath.Join(x.dir, RenderFile), append(canonical, '\n'), 0o644); err != nil {
+		return err
+	}
+
+	x.progress("tmpfs", "run dir %s", humanBytes(x.r.Limits.TmpfsBytes))
+	host := mounts.RunHostPaths(x.dir)
+	x.runDir = host.RunDir
+	if err := mounts.Create(host.RunDir, x.r.Limits.TmpfsBytes, x.r.Process.UID, x.r.Process.GID); err != nil {
+		return err
+	}
+	if err := mounts.Seed(host.RunDir, x.r.Files, x.r.Process.UID, x.r.Process.GID); err != nil {
+		return err
+	}
+	if err := writeConfigFiles(host.ConfigDir, x.r); err != nil {
+		return err
+	}
+	plan, err := mounts.MountPlan(x.r, host, mounts.HostFeatures())
+	if err != nil {
+		return err
+	}
+	if err := mounts.Validate(plan); err != nil {
+		return err
+	}
+
+	spec, err := oci.Generate(x.ctx, x.r, oci.Launch{
+		RunID: x.id, RenderDigest: digest, Rootfs: "rootfs", Mounts: oci.MountsFromPlan(plan), EnvValues: nonNil(x.opts.Env),
+	})
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(x.dir, OCIFile), oci.Redact(spec, x.r), 0o644); err != nil {
+		return err
+	}
+
+	rootfs, err := x.rootfsMounts(img)
+	if err != nil {
+		return err
+	}
+	x.progress("container", "create")
+	x.container, err = x.opts.Client.NewContainer(x.ctx, x.id,
+		containerd.WithSpec(spec),
+		containerd.WithRuntime("io.containerd.runc.v2", nil),
+		containerd.WithContainerLabels(map[string]string{
+			LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
+		}))
+	if err != nil {
+		return fmt.Errorf("create container: %w", err)
+	}
+	x.rootfs = rootfs
+	return nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// ensureImage imports the base image unless containerd has it unpacked.
+func (x *execution) ensureImage() (containerd.Image, error) {
+	def, err := images.HostDefinition()
+	if err != nil {
+		return nil, err
+	}
+	built, err := images.Build(def)
+	if err != nil {
+		return nil, err
+	}
+	img, err := x.opts.Client.GetImage(x.ctx, built.Name)
+	if err == nil {
+		if ok, _ := img.IsUnpacked(x.ctx, images.Snapshotter); ok {
+			return img, nil
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("look up base image: %w", err)
+	}
+	x.progress("image", "import %s", built.Name)
+	return images.Import(x.ctx, x.opts.Client, built)
+}
+
+// rootfsMounts makes a read-only view of the base image and returns the
+// rootfs: an overlay with the runfiles tree above the image's layers.
+func (x *execution) rootfsMounts(img containerd.Image) ([]mount.Mount, error) {
+	diffIDs, err := img.RootFS(x.ctx)
+	if err != nil {
+		return nil, err
+	}
+	sn := x.opts.Client.SnapshotService(images.Snapshotter)
+	view, err := sn.View(x.ctx, x.id, identity.ChainID(diffIDs).String(),
+		snapshots.WithLabels(map[string]string{LabelRunID: x.id}))
+	if err != nil {
+		return nil, fmt.Errorf("base image view: %w", err)
+	}
+	lowers := []string{x.treeDir}
+	for _, m := range view {
+		switch m.Type {
+		case "bind":
+			lowers = append(lowers, m.Source)
+		case "overlay":
+			for _, o := range m.Options {
+				if l, ok := strings.CutPrefix(o, "lowerdir="); ok {
+					lowers = append(lowers, strings.Split(l, ":")...)
+				}
+			}
+		default:
+			return nil, fmt.Errorf("base image view: unexpected %s mount", m.Type)
+		}
+	}
+	opts, err := mounts.RootfsOverlayOptions(lowers)
+	if err != nil {
+		return nil, err
+	}
+	return []mount.Mount{{Type: "overlay", Source: "overlay", Options: opts}}, nil
+}
+
+// create makes the task, records the spawn and starts it.
+func (x *execution) create() error {
+	var stdoutR *io.PipeReader
+	stdoutR, x.stdoutW = io.Pipe()
+	var err error
+	x.stderrF, err = os.OpenFile(filepath.Join(x.dir, StderrFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	x.task, err = x.container.NewTask(x.ctx, cio.NewCreator(cio.WithStreams(nil, x.stdoutW, x.stderrF)), containerd.WithRootFS(x.rootfs))
+	if err != nil {
+		return fmt.Errorf("create task: %w", err)
+	}
+	if x.exitCh, err = x.task.Wait(x.ctx); err != nil {
+		return fmt.Errorf("wait task: %w", err)
+	}
+	pid := int(x.task.Pid())
+	startTime, err := cgroup.PidStartTime(pid)
+	if err != nil {
+		return fmt.Errorf("read init start time: %w", err)
+	}
+	if x.cg, err = cgroup.Open(oci.CgroupsPath(x.id)); err != nil {
+		return fmt.Errorf("open run cgroup: %w", err)
+	}
+	spawned := &Spawned{SchemaVersion: 1, RunID: x.id, ContainerID: x.id, InitPID: pid, InitStartTime: startTime,
+		CgroupsPath: oci.CgroupsPath(x.id), RenderDigest: x.result.RenderDigest, StartedAt: time.Now().UTC()}
+	if id, err := x.cg.ID(); err == nil {
+		spawned.CgroupID = id
+	}
+	// Recorded before anything reads output; failing to record is fatal
+	// (CONTRACTS §1): nothing may run unrecorded.
+	if err := writeJSON(filepath.Join(x.dir, SpawnedFile), spawned, 0o644); err != nil {
+		return fmt.Errorf("write spawn record: %w", err)
+	}
+	x.emit(Event{Type: EventSpawned, Spawned: spawned})
+
+	out, err := os.OpenFile(filepath.Join(x.dir, StdoutFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	x.activity = make(chan struct{}, 1)
+	x.readerWG.Add(1)
+	go x.readStdout(stdoutR, out)
+	if err := x.task.Start(x.ctx); err != nil {
+		return fmt.Errorf("start task: %w", err)
+	}
+	return nil
+}
+
+// readStdout copies the engine's stdout to the record, the terminal and
+// the event stream, and signals activity for the watchdogs.
+func (x *execution) readStdout(r io.Reader, record *os.File) {
+	defer x.readerWG.Done()
+	defer record.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			record.Write(chunk)
+			if x.opts.Stdout != nil {
+				x.opts.Stdout.Write(chunk)
+			}
+			x.emit(Event{Type: EventOutput, Stream: "stdout", Data: string(bytes.Clone(chunk))})
+			select {
+			case x.activity <- struct{}{}:
+			default:
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// wait blocks until the engine exits, a watchdog fires or ctx is cancelled.
+func (x *execution) wait() {
+	l := x.r.Limits
+	timeout := time.NewTimer(time.Duration(l.TimeoutMS) * time.Millisecond)
+	defer timeout.Stop()
+	var firstOutput, idle <-chan time.Time
+	var idleTimer *time.Timer
+	if x.r.Engine.StreamsEarly && l.FirstOutputMS > 0 {
+		t := time.NewTimer(time.Duration(l.FirstOutputMS) * time.Millisecond)
+		defer t.Stop()
+		firstOutput = t.C
+	}
+	sawOutput := false
+	for {
+		select {
+		case st := <-x.exitCh:
+			x.recordExit(st)
+			return
+		case <-x.activity:
+			if !sawOutput {
+				sawOutput, firstOutput = true, nil
+			}
+			if x.r.Engine.StreamsEarly && l.IdleMS > 0 {
+				if idleTimer == nil {
+					idleTimer = time.NewTimer(time.Duration(l.IdleMS) * time.Millisecond)
+					defer idleTimer.Stop()
+				} else {
+					idleTimer.Reset(time.Duration(l.IdleMS) * time.Millisecond)
+				}
+				idle = idleTimer.C
+			}
+		case <-timeout.C:
+			x.killedFor = ReasonTimeout
+			return
+		case <-firstOutput:
+			x.killedFor = ReasonFirstOutput
+			return
+		case <-idle:
+			x.killedFor = ReasonIdle
+			return
+		case <-x.ctx.Done():
+			x.killedFor = ReasonSignal
+			return
+		}
+	}
+}
+
+func (x *execution) recordExit(st containerd.ExitStatus) {
+	if err := st.Error(); err != nil {
+		x.result.Error = "wait: " + err.Error()
+		return
+	}
+	code := int(st.ExitCode())
+	x.result.ExitCode = &code
+}
+
+// teardown ends every process of the run and removes every resource. It
+// runs to completion whatever happens to the caller's context (CONTRACTS
+// §2), and every step counts an already-gone resource as cleaned.
+func (x *execution) teardown() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), x.opts.Grace+2*time.Minute)
+	defer cancel()
+	var problems []string
+	fail := func(step string, err error) {
+		if err != nil {
+			problems = append(problems, step+": "+err.Error())
+		}
+	}
+
+	if x.task != nil {
+		fail("stop", x.stopAll(ctx))
+		oom := x.cg != nil && cgroupOOM(x.cg)
+		if _, err := x.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			fail("delete task", err)
+		}
+		x.decideStatus(oom)
+	}
+	if x.stdoutW != nil {
+		x.stdoutW.Close()
+		x.readerWG.Wait()
+	}
+	if x.stderrF != nil {
+		x.stderrF.Close()
+	}
+	fail("delete container", x.deleteContainer(ctx))
+	fail("delete snapshot", x.deleteSnapshot(ctx))
+	if x.cg != nil {
+		fail("remove cgroup", x.cg.Remove())
+	}
+	if x.runDir != "" {
+		x.harvest()
+		fail("unmount run dir", mounts.Unmount(x.runDir))
+	}
+	if len(problems) > 0 {
+		x.result.Reasons = append(x.result.Reasons, ReasonTeardownIncomplete)
+		if x.result.Status != StatusInfraError {
+			x.result.Status = StatusInfraError
+		}
+		x.result.Error = strings.TrimPrefix(x.result.Error+"; teardown: "+strings.Join(problems, "; "), "; ")
+	}
+}
