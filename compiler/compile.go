@@ -42,8 +42,10 @@ type compilation struct {
 	def      *engineDef
 	r        *render.Render
 	programs map[string]*render.Program
-	pathDirs []string
-	diags    *diagnostics
+	// hostPaths maps the container path of each program to its host path.
+	hostPaths map[string]string
+	pathDirs  []string
+	diags     *diagnostics
 }
 
 // CompileFile reads, validates and compiles every spawn in a spec file.
@@ -82,11 +84,12 @@ func CompileAll(parsed []*Parsed) ([]*render.Render, error) {
 func Compile(p *Parsed) (*render.Render, error) {
 	s := &p.Spawn.Spec
 	c := &compilation{
-		p:        p,
-		spec:     s,
-		def:      engines[s.Engine.Kind],
-		programs: map[string]*render.Program{},
-		diags:    &diagnostics{file: p.File},
+		p:         p,
+		spec:      s,
+		def:       engines[s.Engine.Kind],
+		programs:  map[string]*render.Program{},
+		hostPaths: map[string]string{},
+		diags:     &diagnostics{file: p.File},
 	}
 	if c.def == nil {
 		c.diags.add(p.at("spec.engine.kind"), p.prefix+"spec.engine.kind", "", "unknown engine kind %q", s.Engine.Kind)
@@ -109,6 +112,7 @@ func Compile(p *Parsed) (*render.Render, error) {
 			GID:   ContainerGID,
 		},
 	}
+	c.spec = c.containerView(s)
 	c.collectPrograms()
 	c.limits()
 	c.mounts()
@@ -125,13 +129,57 @@ func Compile(p *Parsed) (*render.Render, error) {
 	return c.r, nil
 }
 
-// addProgram records a program at its container path (= its host path: see
-// DESIGN "Runfiles"; programs appear where the host has them).
-func (c *compilation) addProgram(hostPath, role string) {
-	prog, ok := c.programs[hostPath]
+// containerView returns a copy of the spec whose program paths (engine,
+// tools, hook programs, trace allow, script execs) are container paths:
+// the host path, or render.HostDir + it where a mount would hide it.
+// Everything downstream of this writes container paths.
+func (c *compilation) containerView(s *SpawnSpec) *SpawnSpec {
+	view := *s
+	move := func(host string) string {
+		container := render.ContainerPath(host)
+		c.hostPaths[container] = host
+		return container
+	}
+	view.Engine.Path = move(s.Engine.Path)
+	view.Tools = make([]string, len(s.Tools))
+	for i, t := range s.Tools {
+		view.Tools[i] = move(t)
+	}
+	view.Hooks = make([]Hook, len(s.Hooks))
+	for i, h := range s.Hooks {
+		h.Argv = slices.Clone(h.Argv)
+		h.Argv[0] = move(h.Argv[0])
+		view.Hooks[i] = h
+	}
+	if s.Trace.Allow != nil {
+		allow := make([]string, len(*s.Trace.Allow))
+		for i, a := range *s.Trace.Allow {
+			allow[i] = render.ContainerPath(a)
+		}
+		view.Trace.Allow = &allow
+	}
+	view.Engine.Script = make([]ScriptStep, len(s.Engine.Script))
+	for i, step := range s.Engine.Script {
+		if len(step.Exec) > 0 {
+			step.Exec = slices.Clone(step.Exec)
+			step.Exec[0] = move(c.p.hostPath(step.Exec[0]))
+		}
+		view.Engine.Script[i] = step
+	}
+	return &view
+}
+
+// addProgram records a program by its container path (DESIGN "Runfiles":
+// programs appear where the host has them, unless a mount would hide them).
+func (c *compilation) addProgram(path, role string) {
+	prog, ok := c.programs[path]
 	if !ok {
-		prog = &render.Program{Path: hostPath, HostPath: hostPath}
-		c.programs[hostPath] = prog
+		host, known := c.hostPaths[path]
+		if !known {
+			host = path
+		}
+		prog = &render.Program{Path: path, HostPath: host}
+		c.programs[path] = prog
 	}
 	if !slices.Contains(prog.Roles, role) {
 		prog.Roles = append(prog.Roles, role)

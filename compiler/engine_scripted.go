@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"slices"
 
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/render/canonjson"
@@ -100,7 +101,7 @@ func (c *compilation) scriptStep(s ScriptStep) (render.ScriptStep, error) {
 		out.Fork = &render.ScriptFork{Count: s.Fork.Count, SleepMS: s.Fork.Sleep.Milliseconds()}
 	}
 	if len(s.Exec) > 0 {
-		out.Exec = append([]string{c.p.hostPath(s.Exec[0])}, s.Exec[1:]...)
+		out.Exec = slices.Clone([]string(s.Exec)) // already container paths
 	}
 	return out, nil
 }

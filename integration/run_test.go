@@ -631,3 +631,35 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestProgramUnderTmp: a program whose host path the container's /tmp
+// would hide appears under /hookbox/host and runs.
+func TestProgramUnderTmp(t *testing.T) {
+	e := newEnv(t)
+	data, err := os.ReadFile(engineBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir() // under /tmp
+	os.Chmod(dir, 0o755)
+	engine := filepath.Join(dir, "engine")
+	if err := os.WriteFile(engine, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(e.specDir, "tmp-engine.yaml")
+	os.WriteFile(file, []byte(`apiVersion: hookbox.dev/v1alpha1
+kind: Spawn
+metadata: {name: tmp-engine}
+spec:
+  engine:
+    kind: scripted
+    path: `+engine+`
+    script: [{print: from-tmp}, {exit: 0}]
+  workspace: ./ws
+`), 0o644)
+	r := e.run(file)
+	res := r.mustResult(t)
+	if res.Status != launcher.StatusCompleted || !strings.Contains(r.output(), "from-tmp") {
+		t.Fatalf("%s %s\n%s", res.Status, res.Error, r.stderr)
+	}
+}

@@ -84,11 +84,10 @@ func assembleBundle(t *testing.T, spec string, specDir string) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := runfiles.Assemble(ctx, store, r.ProgramPaths(), runfiles.Options{Dirs: r.ExtraMountPoints(images.MountPoints)})
+	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Runfiles = res.Manifest
 	if err := mounts.CheckPrograms(r); err != nil {
 		t.Fatal(err)
 	}

@@ -189,16 +189,14 @@ func (x *execution) prepare() error {
 	if err != nil {
 		return err
 	}
-	programs := x.r.ProgramPaths()
-	x.progress("runfiles", "%d programs", len(programs))
-	assembled, err := runfiles.Assemble(x.ctx, store, programs, runfiles.Options{Dirs: x.r.ExtraMountPoints(images.MountPoints)})
+	x.progress("runfiles", "%d programs", len(x.r.Programs))
+	assembled, err := runfiles.AssembleRender(x.ctx, store, x.r, images.MountPoints, nil)
 	if err != nil {
 		return err
 	}
 	x.progress("runfiles", "%d files, %s copied, %s reused", assembled.Stats.Files,
 		humanBytes(assembled.Stats.BytesCopied), humanBytes(assembled.Stats.BytesReused))
 	x.treeDir = assembled.TreeDir
-	x.r.Runfiles = assembled.Manifest
 	if err := mounts.CheckPrograms(x.r); err != nil {
 		return err
 	}

@@ -7,39 +7,31 @@ import (
 	"hookbox.dev/hookbox/render"
 )
 
-// shadowingDirs are container directories that mounts (hookbox's or the
-// runtime's) cover. Programs appear in the container at their host path,
-// so a program whose host path is below one of these would be hidden.
-var shadowingDirs = []string{"/dev", "/grants", "/hookbox", "/proc", "/run", "/sys", "/tmp", "/workspace"}
-
 // CheckPrograms refuses a render whose programs or runfiles would be hidden
-// in the container by a mount. Compiling does not check this, so a render
-// stays independent of where it is compiled; assembling a run does.
+// in the container by a mount: a consistency check, since the compiler and
+// the runfiles stage place such files under render.HostDir.
 func CheckPrograms(r *render.Render) error {
 	var bad []string
 	for _, p := range r.Programs {
-		if d := shadowingDir(p.Path); d != "" {
-			bad = append(bad, fmt.Sprintf("%s (%s, under %s)", p.Path, strings.Join(p.Roles, ","), d))
+		if hidden(p.Path) {
+			bad = append(bad, fmt.Sprintf("%s (%s)", p.Path, strings.Join(p.Roles, ",")))
 		}
 	}
 	for _, f := range r.Runfiles {
-		if d := shadowingDir(f.Path); d != "" && f.Type != render.RunfileDir {
-			bad = append(bad, fmt.Sprintf("%s (runfile, under %s)", f.Path, d))
+		if f.Type != render.RunfileDir && hidden(f.Path) {
+			bad = append(bad, fmt.Sprintf("%s (runfile)", f.Path))
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("%w: %s: the container mounts over these directories, so the programs would not exist there; install them elsewhere (e.g. /usr/local/bin, /opt or /var/lib)", ErrMountConflict, strings.Join(bad, "; "))
+		return fmt.Errorf("%w: %s: a container mount would hide these; render them with container paths (render.ContainerPath)", ErrMountConflict, strings.Join(bad, "; "))
 	}
 	return nil
 }
 
-func shadowingDir(path string) string {
-	for _, d := range shadowingDirs {
-		if path == d || strings.HasPrefix(path, d+"/") {
-			return d
-		}
-	}
-	return ""
+// hidden: a container mount covers path (and it is not under HostDir,
+// where hidden host paths are moved).
+func hidden(path string) bool {
+	return !strings.HasPrefix(path, render.HostDir+"/") && render.ContainerPath(path) != path
 }
 
 // RunHostPaths is where a run keeps its host-side mount sources inside its

@@ -9,7 +9,7 @@ import (
 )
 
 func TestCheckPrograms(t *testing.T) {
-	ok := &render.Render{Programs: []render.Program{{Path: "/usr/bin/git"}, {Path: "/opt/claude/bin/claude"}, {Path: "/tmpfoo/x"}}}
+	ok := &render.Render{Programs: []render.Program{{Path: "/usr/bin/git"}, {Path: "/opt/claude/bin/claude"}, {Path: "/tmpfoo/x"}, {Path: "/hookbox/host/tmp/e"}}}
 	if err := CheckPrograms(ok); err != nil {
 		t.Errorf("programs outside mounted directories: %v", err)
 	}

@@ -21,6 +21,26 @@ import (
 // fields never change name, type or meaning; new optional fields may appear.
 const SchemaVersion = 1
 
+// ShadowedDirs are container directories that mounts (hookbox's or the
+// runtime's) cover, so a program whose host path lies below one of them
+// cannot appear there.
+var ShadowedDirs = []string{"/dev", "/grants", "/hookbox", "/proc", "/run", "/sys", "/tmp", "/workspace"}
+
+// HostDir is where such programs appear instead: HostDir + their host path.
+const HostDir = "/hookbox/host"
+
+// ContainerPath is where a host file appears in the container: at its host
+// path, or under HostDir when a mount would hide that path. Paths in the
+// render (argv, exec chains, runfiles) are container paths.
+func ContainerPath(hostPath string) string {
+	for _, d := range ShadowedDirs {
+		if hostPath == d || strings.HasPrefix(hostPath, d+"/") {
+			return HostDir + hostPath
+		}
+	}
+	return hostPath
+}
+
 // Fixed container paths every backend uses.
 const (
 	WorkspaceDir = "/workspace"   // the run directory, read-only
@@ -223,6 +243,27 @@ func (r *Render) SortLists() {
 	slices.Sort(r.Artifacts)
 	slices.Sort(r.Trace.Allow)
 	slices.SortFunc(r.Runfiles, func(a, b Runfile) int { return strings.Compare(a.Path, b.Path) })
+}
+
+// ProgramPaths are the host paths of every program, for the runfiles stage.
+func (r *Render) ProgramPaths() []string {
+	out := make([]string, len(r.Programs))
+	for i, p := range r.Programs {
+		out[i] = p.HostPath
+	}
+	return out
+}
+
+// ExtraMountPoints are the mount destinations that the base image (whose
+// mount points are given) does not have: the runfiles tree provides them.
+func (r *Render) ExtraMountPoints(imageMountPoints []string) []string {
+	var out []string
+	for _, m := range r.Mounts {
+		if !slices.Contains(imageMountPoints, m.Destination) {
+			out = append(out, m.Destination)
+		}
+	}
+	return out
 }
 
 // Canonical returns the canonical JSON bytes of r.

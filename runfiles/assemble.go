@@ -174,6 +174,9 @@ feed:
 		}
 	}
 
+	if opts.ContainerPaths {
+		manifest = relocate(manifest, objects, opts.Dirs)
+	}
 	digest, _, err := canonjson.Digest(manifest)
 	if err != nil {
 		return nil, fmt.Errorf("manifest digest: %w", err)
@@ -184,5 +187,21 @@ feed:
 	}
 	res.Manifest, res.ManifestDigest, res.TreeDir = manifest, digest, dir
 	res.Stats.TreeBuilt, res.Stats.TreeReplaced = built, replaced
+	return res, nil
+}
+
+// AssembleRender assembles the runfiles of every program of r at their
+// container paths, with the mount points the base image lacks (the image's
+// are given), and records the manifest in r.Runfiles.
+func AssembleRender(ctx context.Context, s *Store, r *render.Render, imageMountPoints []string, progress func(Progress)) (*Result, error) {
+	res, err := Assemble(ctx, s, r.ProgramPaths(), Options{
+		Dirs:           r.ExtraMountPoints(imageMountPoints),
+		ContainerPaths: true,
+		Progress:       progress,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.Runfiles = res.Manifest
 	return res, nil
 }

@@ -64,6 +64,11 @@ type Options struct {
 	// Off by default: a package's prebuilt binaries for other libcs would
 	// otherwise make the whole closure fail.
 	TreeELF bool
+	// ContainerPaths lays the manifest and tree out at container paths
+	// (render.ContainerPath): entries a container mount would hide (under
+	// /tmp, /run…) move below render.HostDir (Assemble only). Without it,
+	// every entry is at its host path.
+	ContainerPaths bool
 	// Verify selects the check of store objects (Assemble only).
 	Verify Verify
 	// Progress, if set, is called after each file is stored or found in the

@@ -146,11 +146,9 @@ func addRunfiles(ctx context.Context, renders []*render.Render, stateDir string)
 		return err
 	}
 	for _, r := range renders {
-		res, err := runfiles.Assemble(ctx, store, r.ProgramPaths(), runfiles.Options{Dirs: r.ExtraMountPoints(images.MountPoints)})
-		if err != nil {
+		if _, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, nil); err != nil {
 			return fmt.Errorf("spawn %s: %w", r.Spawn, err)
 		}
-		r.Runfiles = res.Manifest
 		if err := mounts.CheckPrograms(r); err != nil {
 			return fmt.Errorf("spawn %s: %w", r.Spawn, err)
 		}

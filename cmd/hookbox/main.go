@@ -13,9 +13,9 @@ import (
 
 // Exit codes of every hookbox command (documented in README.md).
 const (
-	exitOK    = 0
+	exitOK      = 0
 	exitFailure = 1 // anything else: unreadable file, internal error
-	exitSpec  = 2 // the spec (or the command line) is invalid
+	exitSpec    = 2 // the spec (or the command line) is invalid
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

@@ -160,4 +160,3 @@ func newDaemonCommand() *cobra.Command {
 	cmd.AddCommand(status, stop)
 	return cmd
 }
-
