@@ -4,13 +4,31 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 
-.PHONY: all build test lint fmt schema fuzz clean
+.PHONY: all build test integration lint fmt schema fuzz bench demo setup clean
 
 all: build
 
-## build: compile ./bin/hookbox
+## build: compile ./bin/hookbox and the static scripted engine
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hookbox ./cmd/hookbox
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-scripted-engine ./cmd/hookbox-scripted-engine
+
+## setup: as root, install what runs need (containerd, runc) when missing
+setup:
+	@command -v runc >/dev/null && command -v containerd >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc; }
+
+## demo: set up, build and run examples/hello.yaml in a container
+demo: setup build
+	HOOKBOX_PROGRESS=1 ./bin/hookbox run examples/hello.yaml
+
+## integration: only the root/containerd/runc tests, required to run
+integration:
+	HOOKBOX_INTEGRATION=1 $(GO) test -count=1 ./integration/
+
+## bench: hookbox run vs ctr run --rm vs runc run (root, containerd running)
+bench: build
+	$(GO) run ./bench -hookbox bin/hookbox -out bench/results.md
 
 ## test: unit tests, golden files, fuzz seed corpora (runs every Fuzz* seed)
 test:

@@ -663,3 +663,52 @@ spec:
 		t.Fatalf("%s %s\n%s", res.Status, res.Error, r.stderr)
 	}
 }
+
+// TestManagedContainerd: with no containerd at the system address, hookbox
+// starts its own and the next run reuses it.
+func TestManagedContainerd(t *testing.T) {
+	e := newEnv(t)
+	runtimeDir := filepath.Join(t.TempDir(), "rt")
+	e.extraEnv = []string{"HOOKBOX_SYSTEM_CONTAINERD_ADDRESS=/run/hookbox-test-no-containerd.sock", "HOOKBOX_RUNTIME_DIR=" + runtimeDir}
+	status := func() (running bool, pid int) {
+		t.Helper()
+		out, err := e.command(context.Background(), "daemon", "status", "--state-dir", e.state).Output()
+		if err != nil {
+			t.Fatalf("daemon status: %v", err)
+		}
+		var st struct {
+			Running bool `json:"running"`
+			PID     int  `json:"pid"`
+		}
+		if err := json.Unmarshal(out, &st); err != nil {
+			t.Fatalf("daemon status: %v: %s", err, out)
+		}
+		return st.Running, st.PID
+	}
+	t.Cleanup(func() { e.command(context.Background(), "daemon", "stop", "--state-dir", e.state).Run() })
+	if running, _ := status(); running {
+		t.Fatal("test setup: a managed daemon already runs in a fresh state dir")
+	}
+	spec := e.spec("managed", "- print: on-managed\n- exit: 0")
+	first := e.run(spec).mustResult(t)
+	if first.Status != launcher.StatusCompleted {
+		t.Fatalf("first run: %s %s", first.Status, first.Error)
+	}
+	running, pid := status()
+	if !running || pid == 0 {
+		t.Fatal("hookbox run did not start a managed containerd")
+	}
+	second := e.run(spec).mustResult(t)
+	if second.Status != launcher.StatusCompleted {
+		t.Fatalf("second run: %s %s", second.Status, second.Error)
+	}
+	if _, again := status(); again != pid {
+		t.Errorf("the second run must reuse the managed containerd (pid %d), got pid %d", pid, again)
+	}
+	if err := e.command(context.Background(), "daemon", "stop", "--state-dir", e.state).Run(); err != nil {
+		t.Errorf("daemon stop: %v", err)
+	}
+	if running, _ := status(); running {
+		t.Error("daemon stop left it running")
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -52,6 +53,9 @@ type Options struct {
 	// Client is a connected containerd client; Address names it in records.
 	Client  *containerd.Client
 	Address string
+	// RuncRoot, when set, is where runc keeps its state (a managed
+	// containerd keeps it apart from the system's).
+	RuncRoot string
 	// StateDir holds the runfiles store and the run records.
 	StateDir string
 	// Grace between SIGTERM and SIGKILL at teardown (DefaultGrace if 0).
@@ -246,7 +250,7 @@ func (x *execution) prepare() error {
 	x.progress("container", "create")
 	x.container, err = x.opts.Client.NewContainer(x.ctx, x.id,
 		containerd.WithSpec(spec),
-		containerd.WithRuntime("io.containerd.runc.v2", nil),
+		containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.RuncRoot)),
 		containerd.WithContainerLabels(map[string]string{
 			LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
 		}))
@@ -255,6 +259,13 @@ func (x *execution) prepare() error {
 	}
 	x.rootfs = rootfs
 	return nil
+}
+
+func runtimeOptions(runcRoot string) any {
+	if runcRoot == "" {
+		return nil
+	}
+	return &runcoptions.Options{Root: runcRoot}
 }
 
 func nonNil(m map[string]string) map[string]string {

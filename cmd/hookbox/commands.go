@@ -30,7 +30,7 @@ func newRootCommand() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newRenderCommand(), newRunCommand(), newGCCommand(), newPsCommand(), newLogsCommand(),
-		newDaemonCommand(), newSchemaCommand(), newImageCommand(), newVersionCommand())
+		newDoctorCommand(), newDaemonCommand(), newSchemaCommand(), newImageCommand(), newVersionCommand())
 	return root
 }
 

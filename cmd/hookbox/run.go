@@ -107,17 +107,14 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 	if err != nil {
 		return exitError{exitInfra, err.Error()}
 	}
-	client, endpoint, err := daemon.Resolve(ctx, f.address, daemon.Options{
-		AutoStart: true,
-		StateDir:  f.stateDir,
-		Progress:  func(msg string) { progressLine(stderr, f.json, "containerd", msg) },
-	})
+	client, endpoint, err := daemon.Resolve(ctx, f.address, daemonOptions(true, f.stateDir,
+		func(msg string) { progressLine(stderr, f.json, "containerd", msg) }))
 	if err != nil {
 		return exitError{exitInfra, err.Error()}
 	}
 	defer client.Close()
 
-	opts := launcher.Options{Client: client, Address: endpoint.Address, StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version}
+	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version}
 	if f.json {
 		opts.Sink = launcher.NewJSONSink(stdout)
 	} else {
@@ -143,6 +140,19 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 		return nil
 	}
 	return exitError{code, fmt.Sprintf("run %s: %s", res.RunID, res.Status)}
+}
+
+// daemonOptions: HOOKBOX_SYSTEM_CONTAINERD_ADDRESS replaces the system
+// socket hookbox probes before a managed daemon, and HOOKBOX_RUNTIME_DIR the
+// runtime directory of that managed daemon (tests, unusual hosts).
+func daemonOptions(autoStart bool, stateDir string, progress func(string)) daemon.Options {
+	return daemon.Options{
+		AutoStart:     autoStart,
+		StateDir:      stateDir,
+		RuntimeDir:    os.Getenv("HOOKBOX_RUNTIME_DIR"),
+		SystemAddress: os.Getenv("HOOKBOX_SYSTEM_CONTAINERD_ADDRESS"),
+		Progress:      progress,
+	}
 }
 
 // launchEnv resolves the values of the render's host and secret variables.

@@ -31,7 +31,7 @@ func newGCCommand() *cobra.Command {
 		Short: "Remove what abandoned runs left behind (processes, containers, snapshots, tmpfs, cgroups)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, _, err := daemon.Resolve(cmd.Context(), address, daemon.Options{AutoStart: false, StateDir: stateDirOr(stateDir)})
+			client, _, err := daemon.Resolve(cmd.Context(), address, daemonOptions(false, stateDirOr(stateDir), nil))
 			if err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "hookbox: gc without containerd (%v): only processes, tmpfs and cgroups are collected\n", err)
 				client = nil
@@ -135,13 +135,23 @@ func newLogsCommand() *cobra.Command {
 	return cmd
 }
 
+func managedDaemon(stateDir string) daemon.Managed {
+	runtimeDir := os.Getenv("HOOKBOX_RUNTIME_DIR")
+	if runtimeDir == "" {
+		runtimeDir = daemon.DefaultRuntimeDir()
+	}
+	return daemon.ManagedPaths(stateDirOr(stateDir), runtimeDir)
+}
+
 func newDaemonCommand() *cobra.Command {
+	var stateDir string
 	cmd := &cobra.Command{Use: "daemon", Short: "Manage hookbox's private containerd"}
+	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", "", "state directory")
 	status := &cobra.Command{
 		Use:  "status",
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m := daemon.ManagedPaths(runfiles.DefaultStateDir(), daemon.DefaultRuntimeDir())
+			m := managedDaemon(stateDir)
 			st, err := m.Status(cmd.Context())
 			if err != nil {
 				return err
@@ -153,7 +163,7 @@ func newDaemonCommand() *cobra.Command {
 		Use:  "stop",
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m := daemon.ManagedPaths(runfiles.DefaultStateDir(), daemon.DefaultRuntimeDir())
+			m := managedDaemon(stateDir)
 			return m.Stop(cmd.Context(), 10*time.Second)
 		},
 	}

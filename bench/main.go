@@ -1,0 +1,144 @@
+// Command bench measures `hookbox run` of a trivial spawn against its peers
+// in one invocation: `ctr run --rm` and `runc run` of the same rootfs and
+// command. It prints a table of medians and ratios and hookbox's peak RSS,
+// and writes the table to bench/results.md. Run it as root with containerd
+// running: make bench.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"hookbox.dev/hookbox/images"
+)
+
+func main() {
+	runs := flag.Int("n", 15, "runs per command")
+	hookbox := flag.String("hookbox", "bin/hookbox", "hookbox binary")
+	out := flag.String("out", "bench/results.md", "where to write the table")
+	flag.Parse()
+	if err := bench(*runs, *hookbox, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func bench(n int, hookbox, out string) error {
+	work, err := os.MkdirTemp("/var/tmp", "hookbox-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	state := filepath.Join(work, "state")
+	ws := filepath.Join(work, "ws")
+	os.MkdirAll(ws, 0o755)
+	spec := filepath.Join(work, "trivial.yaml")
+	os.WriteFile(spec, []byte(`apiVersion: hookbox.dev/v1alpha1
+kind: Spawn
+metadata: {name: trivial}
+spec:
+  engine: {kind: exec, path: /usr/bin/true}
+  workspace: `+ws+`
+  trace: {mode: off}
+`), 0o644)
+
+	// Warm up: image import, runfiles store (not counted).
+	if out, err := exec.Command(hookbox, "run", "--state-dir", state, spec).CombinedOutput(); err != nil {
+		return fmt.Errorf("warm-up run: %v\n%s", err, out)
+	}
+	// The same rootfs for ctr and runc: the base image with /usr/bin/true's
+	// runfiles tree copied in.
+	rootfs := filepath.Join(work, "bundle", "rootfs")
+	if err := images.NewDefinition(nil).WriteRootfs(rootfs); err != nil {
+		return err
+	}
+	trees, _ := filepath.Glob(filepath.Join(state, "runfiles", "trees", "*"))
+	if len(trees) != 1 {
+		return fmt.Errorf("expected one runfiles tree, found %d", len(trees))
+	}
+	if out, err := exec.Command("cp", "-a", trees[0]+"/.", rootfs).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy tree: %v %s", err, out)
+	}
+	bundle := filepath.Join(work, "bundle")
+	if out, err := exec.Command("runc", "spec", "--bundle", bundle).CombinedOutput(); err != nil {
+		return fmt.Errorf("runc spec: %v %s", err, out)
+	}
+	cfg, _ := os.ReadFile(filepath.Join(bundle, "config.json"))
+	cfg = bytes.Replace(cfg, []byte(`"sh"`), []byte(`"/usr/bin/true"`), 1)
+	cfg = bytes.Replace(cfg, []byte(`"terminal": true`), []byte(`"terminal": false`), 1)
+	os.WriteFile(filepath.Join(bundle, "config.json"), cfg, 0o644)
+
+	type row struct {
+		name   string
+		median time.Duration
+		all    []time.Duration
+	}
+	var rows []row
+	var peakRSS int64
+	measure := func(name string, cmd func(i int) *exec.Cmd) error {
+		var times []time.Duration
+		for i := 0; i < n; i++ {
+			c := cmd(i)
+			var buf bytes.Buffer
+			c.Stdout, c.Stderr = &buf, &buf
+			start := time.Now()
+			if err := c.Run(); err != nil {
+				return fmt.Errorf("%s: %v\n%s", name, err, buf.String())
+			}
+			times = append(times, time.Since(start))
+			if name == "hookbox run" {
+				if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > peakRSS {
+					peakRSS = ru.Maxrss
+				}
+			}
+		}
+		sorted := slices.Clone(times)
+		slices.Sort(sorted)
+		rows = append(rows, row{name, sorted[len(sorted)/2], times})
+		return nil
+	}
+	ctx := context.Background()
+	addr := os.Getenv("HOOKBOX_CONTAINERD_ADDRESS")
+	if addr == "" {
+		addr = "/run/containerd/containerd.sock"
+	}
+	if err := measure("hookbox run", func(int) *exec.Cmd {
+		return exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, spec)
+	}); err != nil {
+		return err
+	}
+	if err := measure("ctr run --rm", func(i int) *exec.Cmd {
+		return exec.CommandContext(ctx, "ctr", "--address", addr, "-n", "hookbox-bench", "run", "--rm", "--rootfs", rootfs,
+			fmt.Sprintf("bench-ctr-%d-%d", os.Getpid(), i), "/usr/bin/true")
+	}); err != nil {
+		return err
+	}
+	if err := measure("runc run", func(i int) *exec.Cmd {
+		return exec.CommandContext(ctx, "runc", "run", "--bundle", bundle, fmt.Sprintf("bench-runc-%d-%d", os.Getpid(), i))
+	}); err != nil {
+		return err
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "| command | median | ratio to ctr run --rm | ratio to runc run |\n|---|---|---|---|\n")
+	ctrMedian, runcMedian := rows[1].median, rows[2].median
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %.1f ms | %.2f× | %.2f× |\n", r.name, ms(r.median), ms(r.median)/ms(ctrMedian), ms(r.median)/ms(runcMedian))
+	}
+	fmt.Fprintf(&b, "\nhookbox peak RSS during a run: %.1f MiB (max over %d runs)\n", float64(peakRSS)/1024, n)
+	fmt.Fprintf(&b, "\n%d runs each of a trivial spawn (/usr/bin/true, tracing off), one invocation of `make bench`, %s.\n",
+		n, time.Now().UTC().Format("2006-01-02"))
+	fmt.Print(b.String())
+	return os.WriteFile(out, []byte(b.String()), 0o644)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,182 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// process is a handle on one process through a pidfd: signals and waits
+// reach the process that was opened even if its pid is later reused.
+type process struct {
+	pid int
+	fd  int
+}
+
+func openProcess(pid int) (*process, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening pid %d: %w", pid, err)
+	}
+	return &process{pid: pid, fd: fd}, nil
+}
+
+func (p *process) close() { _ = unix.Close(p.fd) }
+
+func (p *process) signal(sig syscall.Signal) error {
+	return unix.PidfdSendSignal(p.fd, sig, nil, 0)
+}
+
+// exited waits up to timeout (0: just looks) and reports whether the
+// process has exited.
+func (p *process) exited(timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ms := int(time.Until(deadline).Milliseconds())
+		if ms < 0 {
+			ms = 0
+		}
+		fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, ms)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		return n > 0, nil
+	}
+}
+
+// exitedOrDone waits up to timeout for the process to exit, returning
+// early (false, nil) when ctx is done.
+func (p *process) exitedOrDone(ctx context.Context, timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		step := min(time.Until(deadline), 50*time.Millisecond)
+		gone, err := p.exited(max(step, 0))
+		if gone || err != nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return gone, err
+		}
+	}
+}
+
+// processArgs is the command line of pid.
+func processArgs(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil, err
+	}
+	b = bytes.TrimRight(b, "\x00")
+	if len(b) == 0 {
+		return nil, nil
+	}
+	return strings.Split(string(b), "\x00"), nil
+}
+
+// userHZ is the unit of /proc/<pid>/stat times; Linux fixes it at 100 for
+// user space on every architecture hookbox runs on.
+const userHZ = 100
+
+// processStartTime is when pid started: boot time (/proc/stat btime) plus
+// the starttime field of /proc/<pid>/stat.
+func processStartTime(pid int) (time.Time, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is field 3, starttime field 22.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return time.Time{}, fmt.Errorf("/proc/%d/stat: no command field", pid)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 20 {
+		return time.Time{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
+	}
+	ticks, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("/proc/%d/stat: starttime: %w", pid, err)
+	}
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, line := range strings.Split(string(stat), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			boot, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("/proc/stat: btime: %w", err)
+			}
+			return time.Unix(boot, 0).Add(time.Duration(ticks) * time.Second / userHZ), nil
+		}
+	}
+	return time.Time{}, errors.New("/proc/stat: no btime")
+}
+
+// socketPeerPID is the pid of the process listening on the unix socket at
+// path (SO_PEERCRED of a connection to it).
+func socketPeerPID(path string) (int, error) {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if credErr != nil {
+		return 0, credErr
+	}
+	return int(cred.Pid), nil
+}
+
+// detachAttr makes the daemon the leader of a new session (and so of a new
+// process group) with no controlling terminal: the terminal's signals and
+// the exit of hookbox do not reach it.
+func detachAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setsid: true}
+}
+
+// lockPath takes an exclusive flock on path (created if needed), polling
+// until ctx is done, and returns the function that releases it.
+func lockPath(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,242 @@
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/launcher/daemon"
+)
+
+func TestContainerdCheck(t *testing.T) {
+	down := fmt.Errorf("%w at /run/containerd/containerd.sock: no socket there", daemon.ErrNoAnswer)
+	denied := fmt.Errorf("%w at /run/containerd/containerd.sock: permission denied: %w", daemon.ErrNoAnswer, syscall.EACCES)
+	tests := []struct {
+		name              string
+		f                 containerdFacts
+		status            Status
+		detailHas, fixHas string
+	}{
+		{"system answers", containerdFacts{Address: daemon.SystemAddress, Source: daemon.SourceSystem, Version: "1.6.20~ds1", Binary: "/usr/bin/containerd"}, OK,
+			"containerd 1.6.20~ds1 answers at /run/containerd/containerd.sock (system); binary /usr/bin/containerd", ""},
+		{"flag down", containerdFacts{Address: "/x.sock", Source: daemon.SourceFlag, PingErr: down, Binary: "/usr/bin/containerd"}, Fail, "(from --address)", "--address"},
+		{"env down", containerdFacts{Address: "/x.sock", Source: daemon.SourceEnv, PingErr: down, Binary: "/usr/bin/containerd"}, Fail, "(from $HOOKBOX_CONTAINERD_ADDRESS)", "unset HOOKBOX_CONTAINERD_ADDRESS"},
+		{"managed answers", containerdFacts{Source: daemon.SourceSystem, PingErr: down, ManagedAddress: "/run/hookbox/containerd/containerd.sock", ManagedVersion: "1.6.20~ds1", ManagedPID: 42, Binary: "/usr/bin/containerd"}, OK,
+			"managed containerd 1.6.20~ds1 answers at /run/hookbox/containerd/containerd.sock (pid 42)", ""},
+		{"manageable", containerdFacts{Source: daemon.SourceSystem, PingErr: down, Binary: "/usr/bin/containerd"}, OK,
+			"hookbox run will start a managed containerd (binary /usr/bin/containerd)", ""},
+		{"no binary", containerdFacts{Source: daemon.SourceSystem, PingErr: down}, Fail, "no containerd binary on PATH", "apt-get install containerd runc, or pass --address"},
+		{"not root", containerdFacts{Source: daemon.SourceSystem, PingErr: down, Binary: "/usr/bin/containerd", EUID: 1000}, Fail, "needs root", "rootless"},
+		{"permission denied", containerdFacts{Source: daemon.SourceSystem, PingErr: denied, Binary: "/usr/bin/containerd", EUID: 1000}, Fail, "permission denied", "run hookbox as root"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkIs(t, containerdCheck(tt.f), CheckContainerd, tt.status, tt.detailHas, tt.fixHas)
+		})
+	}
+}
+
+func TestRuncCheck(t *testing.T) {
+	debian := "runc version 1.1.5+ds1\ncommit: 1.1.5+ds1-1+deb12u1\nspec: 1.0.2-dev\ngo: go1.19.8\nlibseccomp: 2.5.4\n"
+	checkIs(t, runcCheck(runcFacts{Path: "/usr/sbin/runc", Output: debian}), CheckRunc, OK, "runc 1.1.5+ds1 at /usr/sbin/runc", "")
+	checkIs(t, runcCheck(runcFacts{LookErr: exec.ErrNotFound}), CheckRunc, Fail, "not on PATH", "apt-get install runc")
+	checkIs(t, runcCheck(runcFacts{Path: "/usr/sbin/runc", RunErr: errors.New("exit status 2")}), CheckRunc, Fail, "--version failed: exit status 2", "reinstall")
+	checkIs(t, runcCheck(runcFacts{Path: "/usr/local/bin/runc", Output: "crun version 1.8.1\n"}), CheckRunc, Warn, "printed no version", "is runc")
+}
+
+// gatherRunc runs the binary it finds: a stand-in script proves the wiring.
+func TestGatherRunc(t *testing.T) {
+	dir := t.TempDir()
+	script := dir + "/runc"
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'runc version 9.9.9'\necho 'spec: 1.2.0'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := gatherRunc(context.Background(), func(string) (string, error) { return script, nil })
+	checkIs(t, runcCheck(f), CheckRunc, OK, "runc 9.9.9 at "+script, "")
+}
+
+// A whole report from a fixture host laid out like this machine, with
+// tracefs mounted and rootless prerequisites in place.
+func TestReportFromFixture(t *testing.T) {
+	root := fixture(t, map[string]string{
+		"proc/self/mountinfo":                       mountinfoHybrid + "50 23 0:12 / /sys/kernel/tracing rw - tracefs tracefs rw\n",
+		"proc/filesystems":                          filesystemsFull,
+		"proc/self/status":                          "CapEff:\t000001fffeffffff\n",
+		"proc/self/ns/net":                          "",
+		"proc/sys/kernel/unprivileged_bpf_disabled": "2\n",
+		"proc/sys/kernel/osrelease":                 "6.18.44-fc-v509\n",
+		"proc/sys/user/max_user_namespaces":         "96365\n",
+		"sys/kernel/btf/vmlinux":                    "BTF",
+		"etc/subuid":                                "root:100000:65536\n",
+		"etc/subgid":                                "root:100000:65536\n",
+	})
+	h := host{root: root, user: "root", lookPath: func(name string) (string, error) { return "/usr/bin/" + name, nil }}
+	cf := containerdFacts{Address: daemon.SystemAddress, Source: daemon.SourceSystem, Version: "1.6.20~ds1", Binary: "/usr/bin/containerd"}
+	rc := runcFacts{Path: "/usr/sbin/runc", Output: "runc version 1.1.5+ds1\n"}
+	r := h.report(cf, rc)
+
+	var names []string
+	for _, c := range r.Checks {
+		names = append(names, c.Name)
+		if c.Status != OK {
+			t.Errorf("%s: %s %q (fix %q)", c.Name, c.Status, c.Detail, c.Fix)
+		}
+	}
+	wantNames := []string{"containerd", "runc", "cgroup-layout", "cgroup-controllers", "overlayfs", "tmpfs", "tracefs", "btf", "bpf", "user-namespaces", "rootlesskit", "newuidmap", "subuid"}
+	if !reflect.DeepEqual(names, wantNames) {
+		t.Errorf("check order = %q", names)
+	}
+	want := Capabilities{
+		CanTrace: true, CanEnforce: true, NetworkIsolation: true, UserNamespaces: true, Tmpfs: true,
+		CgroupLimits: true, Rootless: true, CgroupLayout: "hybrid",
+		Cgroup2Mount: "/sys/fs/cgroup/unified", TracefsMount: "/sys/kernel/tracing",
+	}
+	if r.Capabilities != want {
+		t.Errorf("capabilities:\n got %+v\nwant %+v", r.Capabilities, want)
+	}
+	if r.Worst() != OK {
+		t.Errorf("Worst = %s", r.Worst())
+	}
+	// Deterministic: the same host gives the same bytes.
+	a, _ := json.Marshal(r)
+	b, _ := json.Marshal(h.report(cf, rc))
+	if string(a) != string(b) {
+		t.Errorf("two reports differ:\n%s\n%s", a, b)
+	}
+	for _, key := range []string{`"can_trace":true`, `"can_enforce":true`, `"network_isolation":true`, `"user_namespaces":true`, `"tmpfs":true`, `"cgroup_limits":true`, `"rootless":true`, `"cgroup_layout":"hybrid"`, `"checks":[{"name":"containerd","status":"ok"`} {
+		if !strings.Contains(string(a), key) {
+			t.Errorf("JSON lacks %s: %s", key, a)
+		}
+	}
+
+	// Without tracefs: no tracing, no enforcement; the rest unchanged.
+	if err := os.WriteFile(root+"/proc/self/mountinfo", []byte(mountinfoHybrid), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = h.report(cf, rc)
+	if r.Capabilities.CanTrace || r.Capabilities.CanEnforce || r.Capabilities.TracefsMount != "" || r.Worst() != Warn {
+		t.Errorf("without tracefs: %+v, worst %s", r.Capabilities, r.Worst())
+	}
+
+	// A non-root user without rootless prerequisites: nothing to mount
+	// a tmpfs or isolate a network with.
+	h.euid, h.user, h.uid = 1000, "alice", 1000
+	h.lookPath = func(string) (string, error) { return "", exec.ErrNotFound }
+	r = h.report(containerdFacts{Source: daemon.SourceSystem, PingErr: daemon.ErrNoAnswer}, runcFacts{LookErr: exec.ErrNotFound})
+	c := r.Capabilities
+	if c.Rootless || c.Tmpfs || c.NetworkIsolation || c.CgroupLimits || !c.UserNamespaces || r.Worst() != Fail {
+		t.Errorf("unprivileged: %+v, worst %s", c, r.Worst())
+	}
+}
+
+// TestRealHost asserts what this machine kind (Debian 12 VM, containerd
+// 1.6.20 and runc 1.1.5 from apt, kernel with BTF, root) must answer.
+func TestRealHost(t *testing.T) {
+	requireHost(t)
+	r := Run(context.Background(), Options{})
+	out, _ := json.MarshalIndent(r, "", "  ")
+	t.Logf("report:\n%s", out)
+	byName := map[string]Check{}
+	for _, c := range r.Checks {
+		byName[c.Name] = c
+	}
+	containerd := byName[CheckContainerd]
+	if containerd.Status != OK || !strings.Contains(containerd.Detail, "binary /") {
+		t.Errorf("containerd: %+v (want ok, binary present)", containerd)
+	}
+	checkIs(t, byName[CheckRunc], CheckRunc, OK, "runc 1.", "")
+	checkIs(t, byName[CheckOverlayfs], CheckOverlayfs, OK, "", "")
+	checkIs(t, byName[CheckTmpfs], CheckTmpfs, OK, "", "")
+	checkIs(t, byName[CheckBTF], CheckBTF, OK, "/sys/kernel/btf/vmlinux", "")
+	checkIs(t, byName[CheckBPF], CheckBPF, OK, "euid 0 with CAP_SYS_ADMIN", "")
+	checkIs(t, byName[CheckUserNamespaces], CheckUserNamespaces, OK, "(root)", "")
+
+	// The layout agrees with an independent reading (statfs magic numbers,
+	// not mountinfo), and on this machine kind that is hybrid.
+	layout := layoutByStatfs(t)
+	if layout != "hybrid" {
+		t.Errorf("statfs says the cgroup layout is %q; this machine kind is hybrid", layout)
+	}
+	checkIs(t, byName[CheckCgroupLayout], CheckCgroupLayout, OK, "hybrid: cgroup v1 controllers", "")
+	if r.Capabilities.CgroupLayout != layout || r.Capabilities.Cgroup2Mount != "/sys/fs/cgroup/unified" {
+		t.Errorf("capabilities layout %q at %q; statfs says %q", r.Capabilities.CgroupLayout, r.Capabilities.Cgroup2Mount, layout)
+	}
+
+	// tracefs may or may not be mounted; CanTrace follows it exactly.
+	tr := byName[CheckTracefs]
+	switch tr.Status {
+	case OK:
+		if !r.Capabilities.CanTrace || !r.Capabilities.CanEnforce {
+			t.Errorf("tracefs mounted but %+v", r.Capabilities)
+		}
+	case Warn:
+		if tr.Fix != "mount -t tracefs tracefs /sys/kernel/tracing" || r.Capabilities.CanTrace {
+			t.Errorf("tracefs: %+v, can_trace %v", tr, r.Capabilities.CanTrace)
+		}
+	default:
+		t.Errorf("tracefs: %+v", tr)
+	}
+	if !r.Capabilities.NetworkIsolation || !r.Capabilities.Tmpfs || !r.Capabilities.CgroupLimits || !r.Capabilities.UserNamespaces {
+		t.Errorf("root on this host: %+v", r.Capabilities)
+	}
+	for _, c := range r.Checks {
+		if c.Status != OK && c.Fix == "" {
+			t.Errorf("%s is %s without a fix", c.Name, c.Status)
+		}
+	}
+}
+
+// layoutByStatfs derives the cgroup layout from filesystem magic numbers.
+func layoutByStatfs(t *testing.T) string {
+	t.Helper()
+	magic := func(p string) int64 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err != nil {
+			return 0
+		}
+		return int64(st.Type)
+	}
+	switch {
+	case magic("/sys/fs/cgroup") == unix.CGROUP2_SUPER_MAGIC:
+		return "v2"
+	case magic("/sys/fs/cgroup/unified") == unix.CGROUP2_SUPER_MAGIC:
+		return "hybrid"
+	case magic("/sys/fs/cgroup") == unix.TMPFS_MAGIC:
+		return "v1"
+	}
+	return ""
+}
+
+// requireHost runs the real-host test where it can pass: root with
+// containerd and runc installed. Under HOOKBOX_INTEGRATION=1 a missing
+// requirement fails the test instead of skipping it.
+func requireHost(t *testing.T) {
+	t.Helper()
+	var why string
+	switch {
+	case os.Geteuid() != 0:
+		why = "not running as root"
+	default:
+		for _, bin := range []string{"containerd", "runc"} {
+			if _, err := exec.LookPath(bin); err != nil {
+				why = bin + " not on PATH (apt-get install containerd runc)"
+			}
+		}
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("HOOKBOX_INTEGRATION") == "1" {
+		t.Fatalf("real-host test: %s (HOOKBOX_INTEGRATION=1 demands it)", why)
+	}
+	t.Skipf("real-host test: %s", why)
+}

@@ -1,0 +1,532 @@
+package doctor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Each probe reads files under host.root (a fixture in tests) and returns
+// one Check, plus what the capabilities need. Probes never fail: what they
+// cannot read is part of their finding.
+
+func (h host) path(p string) string { return filepath.Join(h.root, p) }
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// mount is one line of /proc/self/mountinfo.
+type mount struct {
+	point     string // mount point, unescaped
+	fstype    string
+	superOpts string // per-superblock options (cgroup v1: its controllers)
+}
+
+// readMountinfo reads a mountinfo file (proc(5)).
+func readMountinfo(path string) ([]mount, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseMountinfo(string(b)), nil
+}
+
+// parseMountinfo parses mountinfo text, skipping lines it cannot read.
+func parseMountinfo(text string) []mount {
+	var mounts []mount
+	for _, line := range strings.Split(text, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 1 {
+			continue
+		}
+		m := mount{point: unescapeOctal(f[4]), fstype: g[0]}
+		if len(g) >= 3 {
+			m.superOpts = g[2]
+		}
+		mounts = append(mounts, m)
+	}
+	return mounts
+}
+
+// unescapeOctal undoes mountinfo's \ooo escapes (space, tab, newline, \).
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// readFilesystems is the set of filesystem types in /proc/filesystems.
+func readFilesystems(path string) (map[string]bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	fss := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			fss[f[len(f)-1]] = true
+		}
+	}
+	return fss, nil
+}
+
+// cgroups is the host's cgroup layout as mountinfo shows it.
+type cgroups struct {
+	layout  string            // "v1", "hybrid", "v2", "" (none)
+	v2Mount string            // cgroup2 mount point, "" if none
+	v1      map[string]string // v1 controller → mount point
+}
+
+// v1Controllers are the cgroup v1 controller names (a v1 mount's super
+// options name the controllers bound to it, among other options).
+var v1Controllers = map[string]bool{
+	"blkio": true, "cpu": true, "cpuacct": true, "cpuset": true, "devices": true,
+	"freezer": true, "hugetlb": true, "memory": true, "misc": true, "net_cls": true,
+	"net_prio": true, "perf_event": true, "pids": true, "rdma": true,
+}
+
+func cgroupsOf(mounts []mount) cgroups {
+	cg := cgroups{v1: map[string]string{}}
+	hasV1 := false
+	var v2 []string
+	for _, m := range mounts {
+		switch m.fstype {
+		case "cgroup":
+			hasV1 = true
+			for _, o := range strings.Split(m.superOpts, ",") {
+				if v1Controllers[o] {
+					cg.v1[o] = m.point
+				}
+			}
+		case "cgroup2":
+			v2 = append(v2, m.point)
+		}
+	}
+	// A host may show several cgroup2 mounts (bind mounts, containers):
+	// the conventional places win, else the first.
+	for _, want := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		for _, p := range v2 {
+			if p == want && cg.v2Mount == "" {
+				cg.v2Mount = p
+			}
+		}
+	}
+	if cg.v2Mount == "" && len(v2) > 0 {
+		cg.v2Mount = v2[0]
+	}
+	switch {
+	case hasV1 && cg.v2Mount != "":
+		cg.layout = "hybrid"
+	case hasV1:
+		cg.layout = "v1"
+	case cg.v2Mount != "":
+		cg.layout = "v2"
+	}
+	return cg
+}
+
+func (cg cgroups) v1Names() []string {
+	var names []string
+	for n := range cg.v1 {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func cgroupLayoutCheck(cg cgroups, mountsErr error) Check {
+	c := Check{Name: CheckCgroupLayout}
+	switch {
+	case mountsErr != nil:
+		c.Status, c.Detail, c.Fix = Fail, fmt.Sprintf("cannot read mountinfo: %v", mountsErr), "mount procfs: mount -t proc proc /proc"
+	case cg.layout == "v2":
+		c.Status, c.Detail = OK, "v2 (unified) at "+cg.v2Mount
+	case cg.layout == "hybrid":
+		c.Status, c.Detail = OK, fmt.Sprintf("hybrid: cgroup v1 controllers (%s) + cgroup2 at %s", strings.Join(cg.v1Names(), ", "), cg.v2Mount)
+	case cg.layout == "v1":
+		c.Status = Warn
+		c.Detail = fmt.Sprintf("v1 only (%s): no cgroup2 hierarchy, so the exec tracer cannot scope events to a container", strings.Join(cg.v1Names(), ", "))
+		c.Fix = "boot with systemd.unified_cgroup_hierarchy=1, or mount cgroup2: mount -t cgroup2 none /sys/fs/cgroup/unified"
+	default:
+		c.Status, c.Detail, c.Fix = Fail, "no cgroup filesystem is mounted", "mount cgroup2: mount -t cgroup2 none /sys/fs/cgroup"
+	}
+	return c
+}
+
+// limitControllers are the controllers a run's limits use.
+var limitControllers = []string{"cpu", "memory", "pids"}
+
+// cgroupControllersCheck: are the limit controllers there, and may this
+// user use them? On v1 and hybrid hosts runc applies limits through the v1
+// controllers; on v2 through the cgroup2 tree. Without root, limits need a
+// delegated cgroup2 subtree (v1 controllers are never delegated).
+func cgroupControllersCheck(h host, cg cgroups) (bool, Check) {
+	c := Check{Name: CheckCgroupControllers}
+	var have map[string]bool
+	where := ""
+	switch cg.layout {
+	case "":
+		c.Status, c.Detail, c.Fix = Fail, "no cgroup hierarchy: no limits can be set", "mount cgroup2: mount -t cgroup2 none /sys/fs/cgroup"
+		return false, c
+	case "v1", "hybrid":
+		have = map[string]bool{}
+		for n := range cg.v1 {
+			have[n] = true
+		}
+		where = "cgroup v1"
+	case "v2":
+		dir := cg.v2Mount
+		if h.euid != 0 {
+			dir = ownCgroupDir(h, cg.v2Mount)
+		}
+		have = readControllers(h.path(filepath.Join(dir, "cgroup.controllers")))
+		where = filepath.Join(dir, "cgroup.controllers")
+	}
+	var missing []string
+	for _, n := range limitControllers {
+		if !have[n] {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		c.Status = Warn
+		c.Detail = fmt.Sprintf("no %s controller in %s: those limits are not enforced", strings.Join(missing, ", "), where)
+		c.Fix = "enable the controllers (kernel command line, e.g. cgroup_enable=memory; on v2, +memory +pids +cpu in the parent's cgroup.subtree_control)"
+		return false, c
+	}
+	if h.euid != 0 {
+		if cg.layout != "v2" {
+			c.Status = Warn
+			c.Detail = fmt.Sprintf("euid %d on a %s host: v1 controllers are not delegated, so containers run without limits", h.euid, cg.layout)
+			c.Fix = "run hookbox as root, or use a cgroup v2 host with a delegated subtree"
+			return false, c
+		}
+		dir := ownCgroupDir(h, cg.v2Mount)
+		if fi, err := os.Stat(h.path(dir)); err != nil || !ownedBy(fi, h.euid) {
+			c.Status = Warn
+			c.Detail = fmt.Sprintf("euid %d does not own its cgroup %s: no delegated subtree, so containers run without limits", h.euid, dir)
+			c.Fix = "run in a delegated scope (systemd-run --user -p Delegate=yes --scope …), or run hookbox as root"
+			return false, c
+		}
+		c.Status, c.Detail = OK, fmt.Sprintf("cpu, memory, pids delegated to euid %d at %s", h.euid, dir)
+		return true, c
+	}
+	c.Status, c.Detail = OK, "cpu, memory, pids available ("+where+")"
+	return true, c
+}
+
+// ownCgroupDir is this process's cgroup2 directory (from /proc/self/cgroup
+// "0::/path") under the cgroup2 mount.
+func ownCgroupDir(h host, v2Mount string) string {
+	b, err := os.ReadFile(h.path("/proc/self/cgroup"))
+	if err != nil {
+		return v2Mount
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join(v2Mount, p)
+		}
+	}
+	return v2Mount
+}
+
+func readControllers(path string) map[string]bool {
+	have := map[string]bool{}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return have
+	}
+	for _, n := range strings.Fields(string(b)) {
+		have[n] = true
+	}
+	return have
+}
+
+func ownedBy(fi fs.FileInfo, uid int) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == uid
+}
+
+func overlayCheck(h host, fss map[string]bool, fssErr error) Check {
+	c := Check{Name: CheckOverlayfs}
+	switch {
+	case fssErr != nil:
+		c.Status, c.Detail, c.Fix = Fail, fmt.Sprintf("cannot read /proc/filesystems: %v", fssErr), "mount procfs: mount -t proc proc /proc"
+	case fss["overlay"]:
+		c.Status, c.Detail = OK, "overlay in /proc/filesystems"
+	default:
+		if mod := overlayModule(h); mod != "" {
+			c.Status, c.Detail, c.Fix = Warn, "overlay is a module that is not loaded ("+mod+")", "modprobe overlay"
+		} else {
+			c.Status, c.Detail, c.Fix = Fail, "the kernel has no overlayfs: containerd cannot unpack images", "use a kernel with CONFIG_OVERLAY_FS"
+		}
+	}
+	return c
+}
+
+// overlayModule is the overlay module file for the running kernel, or "".
+func overlayModule(h host) string {
+	rel, err := os.ReadFile(h.path("/proc/sys/kernel/osrelease"))
+	if err != nil {
+		return ""
+	}
+	dir := filepath.Join("/lib/modules", strings.TrimSpace(string(rel)), "kernel/fs/overlayfs")
+	matches, _ := filepath.Glob(h.path(filepath.Join(dir, "overlay.ko*")))
+	if len(matches) == 0 {
+		return ""
+	}
+	return filepath.Join(dir, filepath.Base(matches[0]))
+}
+
+func tmpfsCheck(fss map[string]bool, fssErr error) Check {
+	c := Check{Name: CheckTmpfs}
+	switch {
+	case fssErr != nil:
+		c.Status, c.Detail, c.Fix = Fail, fmt.Sprintf("cannot read /proc/filesystems: %v", fssErr), "mount procfs: mount -t proc proc /proc"
+	case fss["tmpfs"]:
+		c.Status, c.Detail = OK, "tmpfs in /proc/filesystems"
+	default:
+		c.Status, c.Detail, c.Fix = Fail, "the kernel has no tmpfs: no per-run scratch space", "use a kernel with CONFIG_TMPFS"
+	}
+	return c
+}
+
+// tracefsPlaces are where BPF libraries look for tracefs, in order.
+var tracefsPlaces = []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}
+
+// tracefsCheck returns where tracefs is mounted ("" if nowhere usable).
+func tracefsCheck(mounts []mount, fss map[string]bool, fssErr error) (string, Check) {
+	c := Check{Name: CheckTracefs}
+	for _, want := range tracefsPlaces {
+		for _, m := range mounts {
+			if m.fstype == "tracefs" && m.point == want {
+				c.Status, c.Detail = OK, "tracefs at "+want
+				return want, c
+			}
+		}
+	}
+	switch {
+	case fssErr == nil && !fss["tracefs"]:
+		c.Status, c.Detail, c.Fix = Warn, "the kernel has no tracefs: the exec tracer cannot attach to tracepoints", "use a kernel with CONFIG_FTRACE"
+	default:
+		c.Status, c.Detail = Warn, "tracefs is not mounted: the exec tracer cannot attach to tracepoints"
+		c.Fix = "mount -t tracefs tracefs /sys/kernel/tracing"
+	}
+	return "", c
+}
+
+func btfCheck(h host) Check {
+	const vmlinux = "/sys/kernel/btf/vmlinux"
+	c := Check{Name: CheckBTF}
+	fi, err := os.Stat(h.path(vmlinux))
+	if err != nil || fi.Size() == 0 {
+		c.Status, c.Detail = Warn, "no kernel BTF at "+vmlinux+": the CO-RE exec tracer cannot load"
+		c.Fix = "use a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+		return c
+	}
+	c.Status, c.Detail = OK, fmt.Sprintf("%s (%.1f MiB)", vmlinux, float64(fi.Size())/(1<<20))
+	return c
+}
+
+// Capability bits (linux/capability.h).
+const (
+	capSysAdmin = 21
+	capPerfmon  = 38
+	capBPF      = 39
+)
+
+// bpfCheck: may this process load and attach the tracer? Tracing programs
+// need CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (5.8+), whatever
+// kernel.unprivileged_bpf_disabled says (that sysctl governs only socket
+// filters and the like; it is reported for context).
+func bpfCheck(h host) Check {
+	c := Check{Name: CheckBPF}
+	unpriv := "unknown"
+	if b, err := os.ReadFile(h.path("/proc/sys/kernel/unprivileged_bpf_disabled")); err == nil {
+		unpriv = strings.TrimSpace(string(b))
+	}
+	caps, err := effectiveCaps(h.path("/proc/self/status"))
+	if err != nil {
+		c.Status, c.Detail = Warn, fmt.Sprintf("cannot read capabilities: %v", err)
+		c.Fix = "mount procfs: mount -t proc proc /proc"
+		return c
+	}
+	has := func(bit uint) bool { return caps&(1<<bit) != 0 }
+	sysctl := "kernel.unprivileged_bpf_disabled=" + unpriv
+	switch {
+	case has(capSysAdmin):
+		c.Status, c.Detail = OK, fmt.Sprintf("euid %d with CAP_SYS_ADMIN (%s)", h.euid, sysctl)
+	case has(capBPF) && has(capPerfmon):
+		c.Status, c.Detail = OK, fmt.Sprintf("euid %d with CAP_BPF and CAP_PERFMON (%s)", h.euid, sysctl)
+	case h.euid == 0:
+		c.Status = Warn
+		c.Detail = fmt.Sprintf("euid 0 but neither CAP_SYS_ADMIN nor CAP_BPF+CAP_PERFMON is effective (restricted container?); %s", sysctl)
+		c.Fix = "grant CAP_BPF and CAP_PERFMON (or run privileged)"
+	default:
+		c.Status = Warn
+		c.Detail = fmt.Sprintf("euid %d without CAP_BPF and CAP_PERFMON (%s): the exec tracer needs privilege", h.euid, sysctl)
+		c.Fix = "run hookbox as root, or grant it CAP_BPF and CAP_PERFMON"
+	}
+	return c
+}
+
+// effectiveCaps reads the CapEff mask from a /proc/<pid>/status file.
+func effectiveCaps(path string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "CapEff:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+	}
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("no CapEff line in " + path)
+}
+
+// userNamespacesCheck: can this user create user namespaces?
+func userNamespacesCheck(h host) (bool, Check) {
+	c := Check{Name: CheckUserNamespaces}
+	read := func(p string) (string, bool) {
+		b, err := os.ReadFile(h.path(p))
+		if err != nil {
+			return "", false
+		}
+		return strings.TrimSpace(string(b)), true
+	}
+	maxNS, ok := read("/proc/sys/user/max_user_namespaces")
+	if !ok {
+		c.Status, c.Detail, c.Fix = Warn, "no /proc/sys/user/max_user_namespaces: the kernel has no user namespaces", "use a kernel with CONFIG_USER_NS"
+		return false, c
+	}
+	detail := []string{"user.max_user_namespaces=" + maxNS}
+	if n, err := strconv.Atoi(maxNS); err != nil || n <= 0 {
+		c.Status, c.Detail, c.Fix = Warn, strings.Join(detail, ", ")+": user namespaces are disabled", "sysctl -w user.max_user_namespaces=15000"
+		return false, c
+	}
+	clone, hasClone := read("/proc/sys/kernel/unprivileged_userns_clone")
+	if hasClone {
+		detail = append(detail, "kernel.unprivileged_userns_clone="+clone)
+	}
+	aa, hasAA := read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+	if hasAA {
+		detail = append(detail, "kernel.apparmor_restrict_unprivileged_userns="+aa)
+	}
+	switch {
+	case h.euid == 0:
+		c.Status, c.Detail = OK, strings.Join(detail, ", ")+" (root)"
+	case hasClone && clone == "0":
+		c.Status, c.Detail, c.Fix = Warn, strings.Join(detail, ", ")+": unprivileged users cannot create them", "sysctl -w kernel.unprivileged_userns_clone=1"
+		return false, c
+	case hasAA && aa == "1":
+		c.Status, c.Detail, c.Fix = Warn, strings.Join(detail, ", ")+": AppArmor denies them to unprivileged programs", "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile for rootlesskit"
+		return false, c
+	default:
+		c.Status, c.Detail = OK, strings.Join(detail, ", ")
+	}
+	return true, c
+}
+
+func rootlesskitCheck(lookPath func(string) (string, error)) Check {
+	c := Check{Name: CheckRootlesskit}
+	if p, err := lookPath("rootlesskit"); err == nil {
+		c.Status, c.Detail = OK, "rootlesskit at "+p
+	} else {
+		c.Status, c.Detail, c.Fix = Warn, "rootlesskit is not on PATH (needed only for rootless containerd)", "apt-get install rootlesskit"
+	}
+	return c
+}
+
+func uidmapCheck(lookPath func(string) (string, error)) Check {
+	c := Check{Name: CheckUIDMap}
+	var found, missing []string
+	for _, name := range []string{"newuidmap", "newgidmap"} {
+		if p, err := lookPath(name); err == nil {
+			found = append(found, p)
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		c.Status, c.Detail, c.Fix = Warn, strings.Join(missing, " and ")+" not on PATH (needed only for rootless containerd)", "apt-get install uidmap"
+	} else {
+		c.Status, c.Detail = OK, strings.Join(found, ", ")
+	}
+	return c
+}
+
+// subIDsCheck: does the user have subordinate uid and gid ranges?
+func subIDsCheck(h host) Check {
+	c := Check{Name: CheckSubIDs}
+	who := h.user
+	if who == "" {
+		who = strconv.Itoa(h.uid)
+	}
+	var found, missing []string
+	for _, file := range []string{"/etc/subuid", "/etc/subgid"} {
+		if r := subIDRange(h.path(file), h.user, h.uid); r != "" {
+			found = append(found, file+" "+r)
+		} else {
+			missing = append(missing, file)
+		}
+	}
+	if len(missing) > 0 {
+		c.Status = Warn
+		c.Detail = fmt.Sprintf("no %s entry for %s (needed only for rootless containerd)", strings.Join(missing, " or "), who)
+		c.Fix = fmt.Sprintf("usermod --add-subuids 100000-165535 --add-subgids 100000-165535 %s", who)
+		return c
+	}
+	c.Status, c.Detail = OK, strings.Join(found, ", ")
+	return c
+}
+
+// subIDRange returns the first "start:count" range for the user (by name
+// or uid) with a non-zero count in a subuid/subgid file, or "".
+func subIDRange(path, name string, uid int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(strings.TrimSpace(line), ":")
+		if len(f) != 3 || (f[0] != name && f[0] != strconv.Itoa(uid)) || f[0] == "" {
+			continue
+		}
+		if n, err := strconv.ParseUint(f[2], 10, 32); err == nil && n > 0 {
+			if _, err := strconv.ParseUint(f[1], 10, 32); err == nil {
+				return f[1] + ":" + f[2]
+			}
+		}
+	}
+	return ""
+}
