@@ -75,7 +75,15 @@ func GC(ctx context.Context, client *containerd.Client, stateDir string, dryRun 
 	}
 	// Containers and snapshots whose run record is gone or not live.
 	if client != nil {
-		live := func(id string) bool { return slices.Contains(report.Live, id) }
+		// A run may have started since the records were read: look again
+		// before touching a container or snapshot not seen there.
+		live := func(id string) bool {
+			if slices.Contains(report.Live, id) {
+				return true
+			}
+			intent, err := ReadIntent(filepath.Join(RunsDir(stateDir), id))
+			return err == nil && cgroup.ProcessAlive(intent.HookboxPID, intent.HookboxStart)
+		}
 		containers, err := client.Containers(ctx, "labels.\""+LabelRunID+"\"")
 		if err != nil {
 			return report, fmt.Errorf("list containers: %w", err)

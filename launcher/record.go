@@ -80,6 +80,10 @@ func writeJSON(path string, v any, perm os.FileMode) error {
 	return writeFileAtomic(path, append(data, '\n'), perm)
 }
 
+// writeFileAtomic replaces path with data in one rename, so a reader (gc,
+// ps) never sees a partial file. It does not fsync: a record outlives a
+// killed hookbox in the page cache, and a machine crash ends the
+// containers it describes too.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -91,10 +95,6 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
 		tmp.Close()
 		return err
 	}

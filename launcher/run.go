@@ -491,15 +491,25 @@ func (x *execution) teardown() {
 	if x.stderrF != nil {
 		x.stderrF.Close()
 	}
+	// Harvest and unmount the tmpfs while containerd deletes the rest: the
+	// two touch nothing in common.
+	var unmountErr error
+	var harvested sync.WaitGroup
+	if x.runDir != "" {
+		harvested.Add(1)
+		go func() {
+			defer harvested.Done()
+			x.harvest()
+			unmountErr = mounts.Unmount(x.runDir)
+		}()
+	}
 	fail("delete container", x.deleteContainer(ctx))
 	fail("delete snapshot", x.deleteSnapshot(ctx))
 	if x.cg != nil {
 		fail("remove cgroup", x.cg.Remove())
 	}
-	if x.runDir != "" {
-		x.harvest()
-		fail("unmount run dir", mounts.Unmount(x.runDir))
-	}
+	harvested.Wait()
+	fail("unmount run dir", unmountErr)
 	if len(problems) > 0 {
 		x.result.Reasons = append(x.result.Reasons, ReasonTeardownIncomplete)
 		if x.result.Status != StatusInfraError {

@@ -33,28 +33,25 @@ func (x *execution) stopAll(ctx context.Context) error {
 			x.cg.KillAll(syscall.SIGTERM)
 		}
 	}
-	deadline := time.Now().Add(x.opts.Grace)
-	for time.Now().Before(deadline) {
-		if x.cg != nil {
-			if empty, err := x.cg.Empty(); err == nil && empty {
-				break
-			}
-		} else if x.result.ExitCode != nil {
-			break
-		}
-		x.collectExit(50 * time.Millisecond)
+	// The grace period ends as soon as the cgroup is empty.
+	if x.cg != nil {
+		graceCtx, cancel := context.WithTimeout(ctx, x.opts.Grace)
+		_ = x.cg.WaitEmpty(graceCtx, 10*time.Millisecond)
+		cancel()
+	} else {
+		x.collectExit(x.opts.Grace)
 	}
 	if x.cg != nil {
 		if empty, _ := x.cg.Empty(); !empty {
 			x.cg.KillAll(syscall.SIGKILL)
 		}
 	}
-	if err := x.task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) && !isAlreadyStopped(err) {
-		// The cgroup kill above is the containment guarantee; this is belt
-		// and braces, so its failure alone is not fatal.
-		_ = err
-	}
-	if x.cg != nil {
+	if x.cg == nil {
+		// Without the cgroup view, containerd's kill-all is what is left.
+		if err := x.task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) && !isAlreadyStopped(err) {
+			return fmt.Errorf("SIGKILL all: %w", err)
+		}
+	} else {
 		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if err := x.cg.WaitEmpty(waitCtx, 20*time.Millisecond); err != nil {

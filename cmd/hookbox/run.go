@@ -113,6 +113,10 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 		return exitError{exitInfra, err.Error()}
 	}
 	defer client.Close()
+	// A cheap collection of what abandoned runs left, before adding a run.
+	if report, err := launcher.GC(ctx, client, f.stateDir, false); err == nil && len(report.Actions) > 0 {
+		progressLine(stderr, f.json, "gc", fmt.Sprintf("collected %d leftovers of abandoned runs", len(report.Actions)))
+	}
 
 	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version}
 	if f.json {

@@ -1,0 +1,72 @@
+package launcher
+
+import (
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"hookbox.dev/hookbox/render"
+)
+
+func TestNewRunID(t *testing.T) {
+	seen := map[string]bool{}
+	valid := regexp.MustCompile(`^hbx-[0-9a-z]+-[0-9a-f]{8}$`)
+	now := time.Now()
+	prev := ""
+	for i := 0; i < 1000; i++ {
+		id := NewRunID(now.Add(time.Duration(i) * time.Millisecond))
+		if !valid.MatchString(id) || len(id) > 63 {
+			t.Fatalf("run id %q is not a DNS-1123-safe containerd id", id)
+		}
+		if seen[id] {
+			t.Fatalf("duplicate run id %q", id)
+		}
+		if id[:12] < prev[:min(12, len(prev))] {
+			t.Fatalf("run ids must sort by start time: %s after %s", id, prev)
+		}
+		seen[id], prev = true, id
+	}
+}
+
+func TestDecideStatus(t *testing.T) {
+	code := func(c int) *int { return &c }
+	for _, tc := range []struct {
+		name      string
+		killedFor string
+		oom       bool
+		exit      *int
+		status    string
+		reason    string
+		signal    string
+	}{
+		{"clean exit", "", false, code(0), StatusCompleted, "", ""},
+		{"engine failure", "", false, code(3), StatusFailed, "", ""},
+		{"timeout wins over exit code", ReasonTimeout, false, code(143), StatusTimedOut, ReasonTimeout, "terminated"},
+		{"first output watchdog", ReasonFirstOutput, false, code(137), StatusTimedOut, ReasonFirstOutput, "killed"},
+		{"idle watchdog", ReasonIdle, false, nil, StatusTimedOut, ReasonIdle, ""},
+		{"cancelled", ReasonSignal, false, code(143), StatusCancelled, ReasonSignal, "terminated"},
+		{"oom", "", true, code(137), StatusOOMKilled, ReasonOOM, "killed"},
+		{"unknown exit", "", false, nil, StatusInfraError, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := &execution{result: &Result{ExitCode: tc.exit}, killedFor: tc.killedFor, r: &render.Render{}}
+			x.decideStatus(tc.oom)
+			if x.result.Status != tc.status {
+				t.Errorf("status %s, want %s", x.result.Status, tc.status)
+			}
+			if tc.reason != "" && !slices.Contains(x.result.Reasons, tc.reason) {
+				t.Errorf("reasons %v lack %s", x.result.Reasons, tc.reason)
+			}
+			if x.result.Signal != tc.signal {
+				t.Errorf("signal %q, want %q", x.result.Signal, tc.signal)
+			}
+		})
+	}
+	// An infrastructure error is never overwritten by a later decision.
+	x := &execution{result: &Result{Status: StatusInfraError}, r: &render.Render{}}
+	x.decideStatus(true)
+	if x.result.Status != StatusInfraError {
+		t.Errorf("infra_error was replaced by %s", x.result.Status)
+	}
+}
