@@ -23,6 +23,9 @@ func hostNeutral(t *testing.T, data []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A checkout below a directory the container mounts over (/tmp…) has
+	// its programs relocated under render.HostDir: same render otherwise.
+	data = bytes.ReplaceAll(data, []byte(render.ContainerPath(repo)), []byte("$REPO"))
 	return bytes.ReplaceAll(data, []byte(repo), []byte("$REPO"))
 }
 

@@ -669,7 +669,8 @@ spec:
 func TestManagedContainerd(t *testing.T) {
 	e := newEnv(t)
 	runtimeDir := filepath.Join(t.TempDir(), "rt")
-	e.extraEnv = []string{"HOOKBOX_SYSTEM_CONTAINERD_ADDRESS=/run/hookbox-test-no-containerd.sock", "HOOKBOX_RUNTIME_DIR=" + runtimeDir}
+	e.extraEnv = []string{"HOOKBOX_CONTAINERD_ADDRESS=", // CI exports it; it would win over the managed daemon
+		"HOOKBOX_SYSTEM_CONTAINERD_ADDRESS=/run/hookbox-test-no-containerd.sock", "HOOKBOX_RUNTIME_DIR=" + runtimeDir}
 	status := func() (running bool, pid int) {
 		t.Helper()
 		out, err := e.command(context.Background(), "daemon", "status", "--state-dir", e.state).Output()

@@ -345,7 +345,8 @@ func (x *execution) create() error {
 	if err != nil {
 		return fmt.Errorf("create task: %w", err)
 	}
-	if x.exitCh, err = x.task.Wait(x.ctx); err != nil {
+	// Not x.ctx: cancelling hookbox must not look like the engine exiting.
+	if x.exitCh, err = x.task.Wait(context.WithoutCancel(x.ctx)); err != nil {
 		return fmt.Errorf("wait task: %w", err)
 	}
 	pid := int(x.task.Pid())
