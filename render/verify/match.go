@@ -1,0 +1,218 @@
+package verify
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"hookbox.dev/hookbox/compiler/shellwords"
+	"hookbox.dev/hookbox/render"
+)
+
+// outcome is how an event compares with a planned exec. matchMaybe is a
+// truncated argv whose visible part agrees: neither proof nor contradiction.
+type outcome int
+
+const (
+	matchNo outcome = iota
+	matchMaybe
+	matchYes
+)
+
+// execMatcher is one planned exec (render.Exec): the path execve gets, the
+// exact argv with slot indices that match any single element, and the
+// identity of the file when the launcher knows it.
+type execMatcher struct {
+	rule string
+	path string
+	argv []string
+	slot []bool
+	// cmd is the index of a shell command string that quotes cmdArgv, the
+	// next chain element, whose slots are filled at launch; -1 when none.
+	cmd     int
+	cmdArgv []string
+	cmdSlot []bool
+}
+
+func newExecMatcher(rule string, e render.Exec, next *render.Exec) *execMatcher {
+	m := &execMatcher{rule: rule, path: e.Path, argv: slices.Clone(e.Argv), slot: slotMask(len(e.Argv), e.Slots), cmd: -1}
+	if next != nil && len(next.Slots) > 0 {
+		quoted := shellwords.Join(next.Argv)
+		for i, a := range e.Argv {
+			if a == quoted && !m.slot[i] {
+				m.cmd, m.cmdArgv, m.cmdSlot = i, slices.Clone(next.Argv), slotMask(len(next.Argv), next.Slots)
+				break
+			}
+		}
+	}
+	return m
+}
+
+// slotMask turns slot indices into a mask; indices out of range are ignored.
+func slotMask(n int, slots []int) []bool {
+	mask := make([]bool, n)
+	for _, i := range slots {
+		if i >= 0 && i < n {
+			mask[i] = true
+		}
+	}
+	return mask
+}
+
+// matchResult is the judgement of one event against one execMatcher.
+type matchResult struct {
+	outcome outcome
+	diffs   []Diff // empty unless outcome is matchNo
+	idKnown bool   // both the expected and the observed identity were known
+}
+
+// match compares e with m, trying the direct form and the shebang forms
+// (see the package doc) and keeping the closest: a match, else a possible
+// match, else the form with the fewest differences (direct on a tie).
+func (m *execMatcher) match(e *Event, ids FileIdentities, programs map[string]bool) matchResult {
+	if e.Filename != m.path {
+		return matchResult{diffs: []Diff{{Rule: m.rule, Field: FieldFilename, Index: -1, Want: m.path, Got: e.Filename}}}
+	}
+	best := m.matchForm(e, 0, ids.lookup(m.path))
+	offsets, undecided := m.shebangOffsets(e, programs)
+	for _, off := range offsets {
+		if best.outcome == matchYes {
+			break
+		}
+		res := m.matchForm(e, off, ids.lookup(e.Argv[0]))
+		if res.outcome > best.outcome || res.outcome == matchNo && best.outcome == matchNo && len(res.diffs) < len(best.diffs) {
+			best = res
+		}
+	}
+	if undecided && best.outcome == matchNo {
+		return matchResult{outcome: matchMaybe}
+	}
+	return best
+}
+
+// shebangOffsets returns where the script path may sit in e.Argv if the
+// kernel ran m.path as a script: index 1 or 2, after an interpreter that is
+// a program of the render. undecided reports a truncated argv cut before
+// the form could be told.
+func (m *execMatcher) shebangOffsets(e *Event, programs map[string]bool) (offsets []int, undecided bool) {
+	a := e.Argv
+	if len(a) == 0 {
+		return nil, e.Truncated // nothing visible: either form
+	}
+	if !programs[a[0]] || a[0] == m.path {
+		// A cut argv[0] might still be an interpreter's path.
+		return nil, e.Truncated && len(a) == 1 && isPrefixOfAny(a[0], programs)
+	}
+	for off := 1; off <= 2; off++ {
+		switch {
+		case off < len(a) && a[off] == m.path:
+			offsets = append(offsets, off)
+		case e.Truncated && off == len(a)-1 && strings.HasPrefix(m.path, a[off]):
+			undecided = true
+		case e.Truncated && off >= len(a):
+			undecided = true
+		}
+	}
+	return offsets, undecided
+}
+
+func isPrefixOfAny(s string, set map[string]bool) bool {
+	for p := range set {
+		if strings.HasPrefix(p, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchForm compares e.Argv[off:] with m.argv (off 0: direct; off > 0:
+// shebang, where e.Argv[off] is the script path standing for argv[0]) and
+// e's identity with wantID.
+func (m *execMatcher) matchForm(e *Event, off int, wantID FileID) matchResult {
+	diffs := m.compareArgv(e.Argv[off:], off > 0, e.Truncated)
+	gotID := FileID{Dev: e.Dev, Ino: e.Ino}
+	res := matchResult{idKnown: wantID.known() && gotID.known()}
+	if res.idKnown && wantID != gotID {
+		want := wantID.String()
+		if off > 0 {
+			want += " (interpreter " + e.Argv[0] + ")"
+		}
+		diffs = append(diffs, Diff{Rule: m.rule, Field: FieldIdentity, Index: -1, Want: want, Got: gotID.String()})
+	}
+	switch {
+	case len(diffs) > 0:
+		res.diffs = diffs
+	case e.Truncated:
+		res.outcome = matchMaybe
+	default:
+		res.outcome = matchYes
+	}
+	return res
+}
+
+// compareArgv compares got with m.argv element by element. With truncated,
+// got is a prefix of the real argv whose last element may itself be cut.
+// skip0: got[0] stands for argv[0] and was checked by the caller.
+func (m *execMatcher) compareArgv(got []string, skip0, truncated bool) []Diff {
+	var diffs []Diff
+	n := min(len(m.argv), len(got))
+	for i := range n {
+		if i == 0 && skip0 {
+			continue
+		}
+		if !m.elementOK(i, got[i], truncated && i == len(got)-1) {
+			diffs = append(diffs, Diff{Rule: m.rule, Field: FieldArgv, Index: i, Want: m.argv[i], Got: got[i]})
+		}
+	}
+	if len(got) == len(m.argv) || truncated && len(got) < len(m.argv) {
+		return diffs
+	}
+	gotLen := strconv.Itoa(len(got))
+	if truncated {
+		gotLen = ">=" + gotLen
+	}
+	diffs = append(diffs, Diff{Rule: m.rule, Field: FieldArgc, Index: -1, Want: strconv.Itoa(len(m.argv)), Got: gotLen})
+	// The elements one side has and the other lacks, the first few.
+	for i := n; i < max(len(m.argv), len(got)) && i < n+maxLengthDiffs; i++ {
+		d := Diff{Rule: m.rule, Field: FieldArgv, Index: i}
+		if i < len(m.argv) {
+			d.Want = m.argv[i]
+		} else {
+			d.Got = got[i]
+		}
+		diffs = append(diffs, d)
+	}
+	return diffs
+}
+
+// elementOK reports whether got may be argv[i]. partial: got is the last
+// visible element of a truncated argv and may be cut.
+func (m *execMatcher) elementOK(i int, got string, partial bool) bool {
+	switch {
+	case m.slot[i] || got == m.argv[i]:
+		return true
+	case partial && strings.HasPrefix(m.argv[i], got):
+		return true
+	case i == m.cmd:
+		// A cut command string cannot be parsed; it is only undecided.
+		return partial || m.filledCommand(got)
+	}
+	return false
+}
+
+// filledCommand reports whether cmd is the canonical quoting of an argv that
+// matches the next chain element with its slots filled. Requiring the
+// canonical form (Join of the split equals cmd) means no shell syntax can
+// hide around a slot value.
+func (m *execMatcher) filledCommand(cmd string) bool {
+	words, err := shellwords.Split(cmd)
+	if err != nil || shellwords.Join(words) != cmd || len(words) != len(m.cmdArgv) {
+		return false
+	}
+	for i, w := range words {
+		if !m.cmdSlot[i] && w != m.cmdArgv[i] {
+			return false
+		}
+	}
+	return true
+}

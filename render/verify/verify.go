@@ -1,0 +1,799 @@
+// Package verify judges a run: it compares the execs the tracer saw in the
+// run's cgroup with the execs the Render planned, and returns a Verdict.
+//
+// verify owns the judgement and nothing else. It is pure: (render, events,
+// tracer stats, file identities) → Verdict. It reads no file, no clock, no
+// environment, and never runs anything, so `hookbox verify RUN_DIR`
+// recomputes exactly the verdict the launcher computed. Events come from the
+// ebpf package (converted into Event); identities from the launcher, which
+// stats the runfiles it mounted.
+//
+// # Verdicts (DESIGN "Verification", CONTRACTS §5)
+//
+// Every event is judged, and each finding is either a contradiction (the
+// trace shows something the render did not plan, or proves something planned
+// did not happen) or an evidence gap (something needed to confirm is
+// missing). The status is then:
+//
+//   - mismatch: at least one contradiction. Contradictions win over gaps:
+//     an exec that was seen happened, whatever else was lost, so a run with
+//     lost events and an unplanned exec is a mismatch, not unchecked.
+//   - unchecked: no contradiction but at least one gap.
+//   - confirmed: neither. This needs positive evidence for every rule: the
+//     tracer attached before Start, zero lost events, no truncated argv
+//     anywhere, the engine first with exact argv and known, equal identity,
+//     every required hook seen, every other exec accounted for.
+//
+// Reasons lists every finding, contradictions and gaps alike, sorted and
+// without duplicates; the status says which kind won. Diffs say, element by
+// element, where a contradiction lies. Matched says which event satisfied
+// which rule.
+//
+// Absence is judged only on complete evidence. "The engine was not first",
+// "a required hook never ran" and "no events at all" are contradictions only
+// when the tracer attached before Start, lost nothing and every event had a
+// known kind; a required hook is also not reported missing while a
+// truncated event might have been it. Otherwise absence is only a gap (the
+// gaps that made the evidence incomplete are already in Reasons).
+//
+// Mode: off → unchecked/tracer-off without looking at anything else; an
+// unknown mode → unchecked/trace-mode-unknown. observe, verify and enforce
+// are judged alike: observe only means the launcher records the verdict and
+// does not fail the run on mismatch, which is the caller's business.
+//
+// # Rules, in the order an exec event is tried
+//
+//  1. Engine. With complete evidence the first event of any kind must be a
+//     successful exec of Engine.Exec.Path (else engine-not-first), and it is
+//     judged as the engine. With incomplete evidence the engine is the first
+//     exec of that path whose argv[0] is not a declared self-exec name. The
+//     engine's argv must equal Engine.Exec.Argv element by element (a slot
+//     index matches any single element) and its (Dev, Ino) must equal
+//     ids[Engine.Exec.Path]; an unknown identity on either side is the gap
+//     engine-identity-unknown.
+//  2. Engine self-exec: argv[0] in Engine.SelfExecArgv0 and the identity of
+//     the engine binary (whatever the filename: /proc/self/exe is common);
+//     other arguments are free. argv[0] matches but an identity is unknown
+//     and no later rule accepts the exec: gap exec-identity-unknown.
+//  3. Hook chains: an exec equal to a hook's Chain[k] (path, argv with slots,
+//     identity when ids has it). Hooks are tried before the allow list, so
+//     a hook's shell is judged as the hook when it runs the hook's command.
+//  4. Allow list: Filename in Trace.Allow with any argv, provided the
+//     identity, when both sides know it, is that program's; or an exec whose
+//     identity is the identity of an allowed program under another path (a
+//     symlink to it). An allowed path with another identity is
+//     allowed-binary-differs.
+//  5. Otherwise: Filename is a hook chain path → hook-argv-differs (or
+//     hook-binary-differs) with the diffs of the closest chain element;
+//     anything else → unexpected-exec.
+//
+// A killed exec (enforce) is always killed-exec, in addition to its own
+// judgement: killed-exec alone means enforce killed something the render
+// planned. A failed exec of the engine or of a hook chain path is
+// failed-exec; other failed execs are PATH searches and the like (nothing
+// ran) and are only listed in Matched as "failed-ignored".
+//
+// # Hook occurrences
+//
+// An occurrence of a hook is a sequence of exact matches of Chain[0..n-1]
+// where each element after the first was exec'd, later, by the same process
+// (a shell that execs its last simple command: dash and bash both do for
+// `-c 'cmd'`) or by a descendant of it through the PPID chain of traced
+// processes. A process that forked without exec leaves no event, so a chain
+// through such a process is not linked. A required hook needs at least one
+// occurrence (else hook-not-run); an exact match of a later chain element
+// that is not linked is still planned (it is that hook's exact argv), it
+// just does not count as an occurrence.
+//
+// # Argument forms verify accepts
+//
+//   - Shell commands with slots: a shell chain element whose argv holds the
+//     command string that quotes the next element's argv (shellwords.Join)
+//     also matches a command string that is exactly the Join of an argv
+//     that matches the next element with its slots filled. A filled
+//     command must be the canonical quoting: any other text (extra shell
+//     syntax around a slot value) is a difference.
+//   - Shebang scripts: when the program is a script, the kernel makes the
+//     argv [interpreter, (one optional argument), script path, argv[1:]...]
+//     and the exe is the interpreter. An event whose Filename is the rule's
+//     path, whose argv[0] is a Program of the render and whose argv has the
+//     script path at index 1 or 2 matches when argv[1:] of the rule equals
+//     what follows; its identity is checked against the interpreter's. The
+//     rule's argv[0] is not visible in this form and is not compared. An
+//     `env` shebang (#!/usr/bin/env node) makes env exec the interpreter,
+//     a second exec that must be allowed like any other program.
+//   - Truncated argv: the last visible element may be cut. The visible
+//     prefix is compared (the last visible element as a prefix); a
+//     difference there is a contradiction, agreement is only the gap
+//     argv-truncated. Any truncation (an event's flag or Stats.Truncated)
+//     is the gap argv-truncated even for a program whose argv is free: DESIGN
+//     makes "no truncated argv" a condition of confirmed.
+//
+// Diff.Index is an index into the render's argv (the want side), also in
+// shebang form; -1 for findings about the exec as a whole.
+//
+// What verify does not do: it does not check that an allowed program's
+// argv is harmless, nor order between hooks, nor how often a hook ran
+// beyond "at least once when required".
+package verify
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"hookbox.dev/hookbox/render"
+)
+
+// Event kinds.
+const (
+	KindExec   = "exec"   // execve succeeded
+	KindFailed = "failed" // execve returned an error
+)
+
+// Verdict statuses.
+const (
+	StatusConfirmed = "confirmed"
+	StatusMismatch  = "mismatch"
+	StatusUnchecked = "unchecked"
+)
+
+// Reasons that are evidence gaps: they make a verdict unchecked.
+const (
+	ReasonTracerOff             = "tracer-off"
+	ReasonTraceModeUnknown      = "trace-mode-unknown"
+	ReasonTracerUnavailable     = "tracer-unavailable" // written "tracer-unavailable:<Stats.Reason>"
+	ReasonTracerLate            = "tracer-late"
+	ReasonEventsLost            = "events-lost"
+	ReasonArgvTruncated         = "argv-truncated"
+	ReasonEngineIdentityUnknown = "engine-identity-unknown"
+	ReasonExecIdentityUnknown   = "exec-identity-unknown"
+	ReasonEventKindUnknown      = "event-kind-unknown"
+	ReasonRenderIncomplete      = "render-incomplete"
+)
+
+// Reasons that are contradictions: they make a verdict mismatch.
+const (
+	ReasonNoEvents             = "no-events"
+	ReasonEngineNotFirst       = "engine-not-first"
+	ReasonEngineArgvDiffers    = "engine-argv-differs"
+	ReasonEngineBinaryDiffers  = "engine-binary-differs"
+	ReasonHookNotRun           = "hook-not-run"
+	ReasonHookArgvDiffers      = "hook-argv-differs"
+	ReasonHookBinaryDiffers    = "hook-binary-differs"
+	ReasonAllowedBinaryDiffers = "allowed-binary-differs"
+	ReasonUnexpectedExec       = "unexpected-exec"
+	ReasonFailedExec           = "failed-exec"
+	ReasonKilledExec           = "killed-exec"
+)
+
+// Diff fields.
+const (
+	FieldFilename    = "filename"    // the exec's path
+	FieldArgc        = "argc"        // argv length
+	FieldArgv        = "argv"        // one argv element (Index)
+	FieldIdentity    = "identity"    // (dev, ino) as "dev:ino"
+	FieldFirstEvent  = "first-event" // what came first instead of the engine
+	FieldExec        = "exec"        // the exec as a whole (unexpected, killed)
+	FieldErrno       = "errno"       // a failed exec
+	FieldOccurrences = "occurrences" // how often a hook ran
+	FieldOmitted     = "omitted"     // diffs left out (Got is the count)
+)
+
+// Limits that keep a verdict readable after an exec storm.
+const (
+	maxDiffs         = 256 // per verdict; the rest are counted in one FieldOmitted diff
+	maxLengthDiffs   = 8   // extra or missing argv elements listed per event
+	maxMatchedEvents = 8   // events listed per Match
+	maxAncestry      = 64  // PPID hops searched when linking a hook chain
+	maxDescribe      = 1024
+)
+
+// Event is one execve seen in the run's cgroup, in the tracer's words (the
+// ebpf package's Event, converted). An exec's Argv is the argv the kernel
+// built (for a #! script: interpreter first), Filename the path execve got
+// (for a script: the script), Dev/Ino the exe (for a script: the
+// interpreter). A tracer that could not read an argv reports it empty with
+// Truncated set; one that could not read the identity reports 0.
+type Event struct {
+	Kind      string   `json:"kind"` // KindExec or KindFailed
+	PID       int      `json:"pid"`
+	PPID      int      `json:"ppid"`
+	Time      int64    `json:"time"`     // ns, monotonic; events are given in time order
+	Filename  string   `json:"filename"` // path as passed to execve
+	Argv      []string `json:"argv"`     // exact argv (empty elements preserved)
+	Truncated bool     `json:"truncated,omitempty"`
+	Dev       uint64   `json:"dev,omitempty"` // identity of the executed file (exe);
+	Ino       uint64   `json:"ino,omitempty"` // 0 when unknown (failed execs)
+	Errno     int      `json:"errno,omitempty"`
+	Killed    bool     `json:"killed,omitempty"` // enforce mode killed it
+}
+
+// Stats is what the tracer says about its own coverage.
+type Stats struct {
+	Attached            bool   `json:"attached"`
+	AttachedBeforeStart bool   `json:"attached_before_start"`
+	Lost                uint64 `json:"lost"`
+	Truncated           uint64 `json:"truncated"` // argvs cut by the tracer's cap
+	Reason              string `json:"reason,omitempty"`
+}
+
+// FileID identifies a file: device and inode. An Ino of 0 means unknown.
+type FileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
+}
+
+func (id FileID) known() bool { return id.Ino != 0 }
+
+func (id FileID) String() string {
+	if !id.known() {
+		return "unknown"
+	}
+	return fmt.Sprintf("%d:%d", id.Dev, id.Ino)
+}
+
+// FileIdentities maps a container path to the identity of the runfile the
+// launcher mounted there.
+type FileIdentities map[string]FileID
+
+func (ids FileIdentities) lookup(path string) FileID {
+	id := ids[path] // a nil map reads as empty
+	if !id.known() {
+		return FileID{}
+	}
+	return id
+}
+
+// Verdict is the judgement of one run.
+type Verdict struct {
+	Status  string   `json:"status"`  // confirmed | mismatch | unchecked
+	Reasons []string `json:"reasons"` // stable ids, sorted, never null
+	Diffs   []Diff   `json:"diffs,omitempty"`
+	Matched []Match  `json:"matched,omitempty"`
+}
+
+// Diff is one difference between what the render planned and what ran.
+type Diff struct {
+	Rule     string `json:"rule"`  // "engine", "hook:<name>/chain[k]", "allow:<path>", "unexpected", …
+	Field    string `json:"field"` // one of the Field constants
+	Index    int    `json:"index"` // argv index on the render's side, or -1
+	Want     string `json:"want"`
+	Got      string `json:"got"`
+	EventPID int    `json:"pid,omitempty"` // 0 for findings about no event
+}
+
+// Match says which events satisfied a rule. Rules: "engine",
+// "engine-self-exec:<argv0>", "hook:<name>/chain[k]" (an exact match of one
+// chain element), "hook:<name>" (linked occurrences of the whole chain),
+// "allow:<path>", and, for events that decided nothing, "failed-ignored",
+// "truncated-undecided" and "identity-undecided".
+type Match struct {
+	Rule   string     `json:"rule"`
+	Count  int        `json:"count"`
+	Events []EventRef `json:"events"` // the first few, in time order
+}
+
+// EventRef points at an event: its position in the slice given to Verify.
+type EventRef struct {
+	Index int `json:"index"`
+	PID   int `json:"pid"`
+}
+
+// Verify judges events against r. mode is r.Trace.Mode unless the caller
+// overrides it; "" means r.Trace.Mode. It never panics on any input, does
+// not modify its arguments, and returns the same Verdict for the same
+// arguments.
+func Verify(r *render.Render, mode string, events []Event, stats Stats, ids FileIdentities) Verdict {
+	if r == nil {
+		return unchecked(ReasonRenderIncomplete)
+	}
+	if mode == "" {
+		mode = r.Trace.Mode
+	}
+	switch mode {
+	case render.TraceOff:
+		return unchecked(ReasonTracerOff)
+	case render.TraceObserve, render.TraceVerify, render.TraceEnforce:
+	default:
+		return unchecked(ReasonTraceModeUnknown)
+	}
+	if r.Engine.Exec.Path == "" || len(r.Engine.Exec.Argv) == 0 {
+		return unchecked(ReasonRenderIncomplete)
+	}
+	j := newJudge(r, events, ids)
+	j.evidence(stats)
+	j.judgeEngine()
+	j.judgeEvents()
+	j.judgeHooks()
+	return j.verdict()
+}
+
+func unchecked(reason string) Verdict {
+	return Verdict{Status: StatusUnchecked, Reasons: []string{reason}}
+}
+
+// timedEvent is an event with its position in the caller's slice.
+type timedEvent struct {
+	Event
+	index int
+}
+
+func (e *timedEvent) id() FileID {
+	id := FileID{Dev: e.Dev, Ino: e.Ino}
+	if !id.known() {
+		return FileID{}
+	}
+	return id
+}
+
+func (e *timedEvent) ref() EventRef { return EventRef{Index: e.index, PID: e.PID} }
+
+// hookRule is one hook and the state of its occurrences.
+type hookRule struct {
+	name     string
+	required bool
+	chain    []*execMatcher
+	// reached[k] maps a pid to the position of its latest event that
+	// completed a linked Chain[0..k].
+	reached     []map[int]int
+	occurrences []EventRef
+	count       int
+	maybe       bool // a truncated event might have been part of it
+}
+
+type judge struct {
+	r      *render.Render
+	ids    FileIdentities
+	events []timedEvent // in time order
+
+	programs  map[string]bool
+	allow     map[string]bool
+	allowIDs  map[FileID]string
+	selfExec  map[string]bool
+	hookPaths map[string]bool
+
+	engine   *execMatcher
+	hooks    []*hookRule
+	engineAt int    // position of the engine event in events, -1 if none
+	engineID FileID // identity self-execs must have
+
+	complete       bool // absence can be judged
+	unknownKinds   bool
+	parent         map[int]int // pid → ppid, from the latest event of pid
+	contradictions map[string]bool
+	gaps           map[string]bool
+	diffs          []Diff
+	omitted        int
+	matched        map[string]*Match
+}
+
+func newJudge(r *render.Render, events []Event, ids FileIdentities) *judge {
+	j := &judge{
+		r:              r,
+		ids:            ids,
+		programs:       map[string]bool{},
+		allow:          map[string]bool{},
+		allowIDs:       map[FileID]string{},
+		selfExec:       map[string]bool{},
+		hookPaths:      map[string]bool{},
+		engineAt:       -1,
+		parent:         map[int]int{},
+		contradictions: map[string]bool{},
+		gaps:           map[string]bool{},
+		matched:        map[string]*Match{},
+	}
+	j.events = make([]timedEvent, len(events))
+	for i, e := range events {
+		j.events[i] = timedEvent{Event: e, index: i}
+	}
+	// The tracer delivers events in time order; a stable sort costs little
+	// and keeps the judgement right if a caller merged per-CPU streams.
+	slices.SortStableFunc(j.events, func(a, b timedEvent) int { return cmp.Compare(a.Time, b.Time) })
+
+	for _, p := range r.Programs {
+		j.programs[p.Path] = true
+	}
+	for _, name := range r.Engine.SelfExecArgv0 {
+		j.selfExec[name] = true
+	}
+	// Allowed identities, in sorted path order so an identity shared by two
+	// allowed paths always names the same one.
+	allow := slices.Clone(r.Trace.Allow)
+	slices.Sort(allow)
+	for _, p := range allow {
+		j.allow[p] = true
+		if id := ids.lookup(p); id.known() {
+			if _, dup := j.allowIDs[id]; !dup {
+				j.allowIDs[id] = p
+			}
+		}
+	}
+	j.engine = newExecMatcher("engine", r.Engine.Exec, nil)
+	for _, h := range r.Hooks {
+		if len(h.Chain) == 0 {
+			if h.Required {
+				j.gap(ReasonRenderIncomplete)
+			}
+			continue
+		}
+		hr := &hookRule{name: h.Name, required: h.Required}
+		for k, e := range h.Chain {
+			var next *render.Exec
+			if k+1 < len(h.Chain) {
+				next = &h.Chain[k+1]
+			}
+			hr.chain = append(hr.chain, newExecMatcher(fmt.Sprintf("hook:%s/chain[%d]", h.Name, k), e, next))
+			hr.reached = append(hr.reached, map[int]int{})
+			j.hookPaths[e.Path] = true
+		}
+		j.hooks = append(j.hooks, hr)
+	}
+	return j
+}
+
+func (j *judge) gap(reason string)        { j.gaps[reason] = true }
+func (j *judge) contradict(reason string) { j.contradictions[reason] = true }
+func (j *judge) contradictAll(rs ...string) {
+	for _, r := range rs {
+		j.contradict(r)
+	}
+}
+
+func (j *judge) diff(d Diff) {
+	if len(j.diffs) >= maxDiffs {
+		j.omitted++
+		return
+	}
+	j.diffs = append(j.diffs, d)
+}
+
+func (j *judge) match(rule string, e *timedEvent) {
+	m := j.matched[rule]
+	if m == nil {
+		m = &Match{Rule: rule}
+		j.matched[rule] = m
+	}
+	m.Count++
+	if len(m.Events) < maxMatchedEvents {
+		m.Events = append(m.Events, e.ref())
+	}
+}
+
+// evidence records the gaps in the tracer's coverage and decides whether
+// absence can be judged.
+func (j *judge) evidence(s Stats) {
+	switch {
+	case !s.Attached:
+		why := s.Reason
+		if why == "" {
+			why = "unknown"
+		}
+		j.gap(ReasonTracerUnavailable + ":" + why)
+	case !s.AttachedBeforeStart:
+		j.gap(ReasonTracerLate)
+	}
+	if s.Lost > 0 {
+		j.gap(ReasonEventsLost)
+	}
+	truncated := s.Truncated > 0
+	for i := range j.events {
+		e := &j.events[i]
+		truncated = truncated || e.Truncated
+		if e.Kind != KindExec && e.Kind != KindFailed {
+			j.unknownKinds = true
+		}
+	}
+	if truncated {
+		j.gap(ReasonArgvTruncated)
+	}
+	if j.unknownKinds {
+		j.gap(ReasonEventKindUnknown)
+	}
+	j.complete = s.Attached && s.AttachedBeforeStart && s.Lost == 0 && !j.unknownKinds
+}
+
+// judgeEngine finds the engine's event and judges it.
+func (j *judge) judgeEngine() {
+	execs := 0
+	for i := range j.events {
+		if j.events[i].Kind == KindExec {
+			execs++
+		}
+	}
+	if execs == 0 {
+		if j.complete {
+			j.contradict(ReasonNoEvents)
+			j.diff(Diff{Rule: "engine", Field: FieldFirstEvent, Index: -1, Want: j.engine.path, Got: "no exec"})
+		}
+		return
+	}
+	if first := &j.events[0]; j.complete {
+		if first.Kind == KindExec && first.Filename == j.engine.path {
+			j.engineAt = 0
+		} else {
+			got := first.Filename
+			if first.Kind != KindExec {
+				got += " (" + first.Kind + ")"
+			}
+			j.contradict(ReasonEngineNotFirst)
+			j.diff(Diff{Rule: "engine", Field: FieldFirstEvent, Index: -1, Want: j.engine.path, Got: got, EventPID: first.PID})
+		}
+	}
+	if j.engineAt < 0 {
+		// Not first, or the start of the trace is not known to be the
+		// start of the run: the engine is its first plausible exec.
+		for i := range j.events {
+			e := &j.events[i]
+			if e.Kind == KindExec && e.Filename == j.engine.path &&
+				(len(e.Argv) == 0 || !j.selfExec[e.Argv[0]] || e.Argv[0] == j.engine.argv[0]) {
+				j.engineAt = i
+				break
+			}
+		}
+	}
+	j.engineID = j.ids.lookup(j.engine.path)
+	if j.engineAt < 0 {
+		return
+	}
+	e := &j.events[j.engineAt]
+	res := j.engine.match(&e.Event, j.ids, j.programs)
+	if !res.idKnown {
+		j.gap(ReasonEngineIdentityUnknown)
+	}
+	switch res.outcome {
+	case matchYes:
+		j.match("engine", e)
+	case matchNo:
+		j.contradictAll(reasonsFor(res.diffs, ReasonEngineArgvDiffers, ReasonEngineBinaryDiffers)...)
+		j.addDiffs(res.diffs, e.PID)
+	}
+	// The engine's exe as it ran: for a script engine, its interpreter,
+	// which is what a self-exec through /proc/self/exe runs again.
+	if res.outcome != matchNo && e.id().known() {
+		j.engineID = e.id()
+	}
+}
+
+// judgeEvents judges every event but the engine's, in time order.
+func (j *judge) judgeEvents() {
+	for i := range j.events {
+		e := &j.events[i]
+		if e.Killed {
+			j.contradict(ReasonKilledExec)
+			j.diff(Diff{Rule: "killed", Field: FieldExec, Index: -1, Got: describe(&e.Event), EventPID: e.PID})
+		}
+		switch {
+		case e.Kind == KindFailed:
+			j.judgeFailed(e)
+		case e.Kind != KindExec:
+			// Already a gap (event-kind-unknown); nothing to judge.
+		case i == j.engineAt:
+			// Judged by judgeEngine.
+		default:
+			j.judgeExec(i, e)
+		}
+		j.parent[e.PID] = e.PPID
+	}
+}
+
+func (j *judge) judgeFailed(e *timedEvent) {
+	if e.Filename == j.engine.path || j.hookPaths[e.Filename] {
+		j.contradict(ReasonFailedExec)
+		j.diff(Diff{Rule: "failed", Field: FieldErrno, Index: -1, Want: "0", Got: strconv.Itoa(e.Errno) + " " + e.Filename, EventPID: e.PID})
+		return
+	}
+	j.match("failed-ignored", e)
+}
+
+func (j *judge) judgeExec(pos int, e *timedEvent) {
+	// 2. The engine re-executing itself under a declared name.
+	identityUnknown := false
+	if len(e.Argv) > 0 && j.selfExec[e.Argv[0]] {
+		switch {
+		case !j.engineID.known() || !e.id().known():
+			identityUnknown = true
+		case j.engineID == e.id():
+			j.match("engine-self-exec:"+e.Argv[0], e)
+			return
+		}
+	}
+
+	// 3. Hook chains.
+	var nearest *matchResult
+	hit, maybe := false, false
+	for _, h := range j.hooks {
+		for k, m := range h.chain {
+			if e.Filename != m.path {
+				continue
+			}
+			res := m.match(&e.Event, j.ids, j.programs)
+			switch res.outcome {
+			case matchYes:
+				hit = true
+				j.match(m.rule, e)
+				j.reach(h, k, pos, e)
+			case matchMaybe:
+				maybe = true
+				h.maybe = true
+			case matchNo:
+				if nearest == nil || len(res.diffs) < len(nearest.diffs) {
+					nearest = &res
+				}
+			}
+		}
+	}
+	if hit {
+		return
+	}
+
+	// 4. The allow list, by path and by identity.
+	if j.allow[e.Filename] {
+		want := j.ids.lookup(e.Filename)
+		if !want.known() || !e.id().known() || want == e.id() {
+			j.match("allow:"+e.Filename, e)
+			return
+		}
+		if p, ok := j.allowIDs[e.id()]; ok {
+			j.match("allow:"+p, e)
+			return
+		}
+		j.contradict(ReasonAllowedBinaryDiffers)
+		j.diff(Diff{Rule: "allow:" + e.Filename, Field: FieldIdentity, Index: -1, Want: want.String(), Got: e.id().String(), EventPID: e.PID})
+		return
+	}
+	if p, ok := j.allowIDs[e.id()]; ok && e.id().known() {
+		j.match("allow:"+p, e)
+		return
+	}
+
+	// 5. Nothing accepts it: undecidable, near a hook, or unexpected.
+	switch {
+	case maybe:
+		// A truncated argv consistent with a hook: argv-truncated is
+		// already a gap.
+		j.match("truncated-undecided", e)
+	case identityUnknown:
+		j.gap(ReasonExecIdentityUnknown)
+		j.match("identity-undecided", e)
+	case nearest != nil:
+		j.contradictAll(reasonsFor(nearest.diffs, ReasonHookArgvDiffers, ReasonHookBinaryDiffers)...)
+		j.addDiffs(nearest.diffs, e.PID)
+	default:
+		j.contradict(ReasonUnexpectedExec)
+		j.diff(Diff{Rule: "unexpected", Field: FieldExec, Index: -1, Got: describe(&e.Event), EventPID: e.PID})
+	}
+}
+
+// reach records that the event at pos matched Chain[k] of h, and whether it
+// extends a linked occurrence.
+func (j *judge) reach(h *hookRule, k, pos int, e *timedEvent) {
+	if k > 0 && !j.linked(h.reached[k-1], pos, e) {
+		return
+	}
+	h.reached[k][e.PID] = pos
+	if k == len(h.chain)-1 {
+		h.count++
+		if len(h.occurrences) < maxMatchedEvents {
+			h.occurrences = append(h.occurrences, e.ref())
+		}
+	}
+}
+
+// linked reports whether e was exec'd by a process in prev (before pos):
+// the same process after an exec-replacing shell, or a descendant.
+func (j *judge) linked(prev map[int]int, pos int, e *timedEvent) bool {
+	if at, ok := prev[e.PID]; ok && at < pos {
+		return true
+	}
+	seen := map[int]bool{e.PID: true}
+	p := e.PPID
+	for range maxAncestry {
+		if p <= 0 || seen[p] {
+			return false
+		}
+		if at, ok := prev[p]; ok && at < pos {
+			return true
+		}
+		seen[p] = true
+		next, ok := j.parent[p]
+		if !ok {
+			return false
+		}
+		p = next
+	}
+	return false
+}
+
+// judgeHooks counts occurrences and reports required hooks that never ran.
+func (j *judge) judgeHooks() {
+	for _, h := range j.hooks {
+		if h.count > 0 {
+			j.matched["hook:"+h.name] = &Match{Rule: "hook:" + h.name, Count: h.count, Events: h.occurrences}
+			continue
+		}
+		if h.required && j.complete && !h.maybe {
+			j.contradict(ReasonHookNotRun)
+			j.diff(Diff{Rule: "hook:" + h.name, Field: FieldOccurrences, Index: -1, Want: ">=1", Got: "0"})
+		}
+	}
+}
+
+func (j *judge) addDiffs(ds []Diff, pid int) {
+	for _, d := range ds {
+		d.EventPID = pid
+		j.diff(d)
+	}
+}
+
+// reasonsFor maps a failed match's diffs to reason ids: identity diffs to
+// binary, everything else to argv.
+func reasonsFor(ds []Diff, argvReason, binaryReason string) []string {
+	var out []string
+	for _, d := range ds {
+		r := argvReason
+		if d.Field == FieldIdentity {
+			r = binaryReason
+		}
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (j *judge) verdict() Verdict {
+	v := Verdict{Reasons: []string{}}
+	for r := range j.contradictions {
+		v.Reasons = append(v.Reasons, r)
+	}
+	for r := range j.gaps {
+		if !j.contradictions[r] {
+			v.Reasons = append(v.Reasons, r)
+		}
+	}
+	slices.Sort(v.Reasons)
+	switch {
+	case len(j.contradictions) > 0:
+		v.Status = StatusMismatch
+	case len(j.gaps) > 0:
+		v.Status = StatusUnchecked
+	default:
+		v.Status = StatusConfirmed
+	}
+	v.Diffs = j.diffs
+	if j.omitted > 0 {
+		v.Diffs = append(v.Diffs, Diff{Rule: "verify", Field: FieldOmitted, Index: -1, Got: strconv.Itoa(j.omitted)})
+	}
+	for _, m := range j.matched {
+		v.Matched = append(v.Matched, *m)
+	}
+	slices.SortFunc(v.Matched, func(a, b Match) int { return strings.Compare(a.Rule, b.Rule) })
+	return v
+}
+
+// describe is an exec in one line for a diff: filename and quoted argv,
+// the argv cut after maxDescribe bytes.
+func describe(e *Event) string {
+	var b strings.Builder
+	b.WriteString(e.Filename)
+	b.WriteString(" [")
+	cut := e.Truncated
+	for i, a := range e.Argv {
+		if b.Len() > maxDescribe {
+			cut = true
+			break
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.Quote(a))
+	}
+	if cut {
+		b.WriteString(" …")
+	}
+	b.WriteByte(']')
+	return b.String()
+}
