@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"hookbox.dev/hookbox/internal/yamlnode"
 )
 
 // decoder walks a YAML node tree into spec types, recording the position of
@@ -61,7 +63,7 @@ func (d *decoder) typeErr(n *yaml.Node, path, want string) {
 	} else if want == "a string" && n.Kind == yaml.ScalarNode {
 		hint = "quote the value to make it a string"
 	}
-	d.errAt(n, path, hint, "expected %s, got %s", want, describeNode(n))
+	d.errAt(n, path, hint, "expected %s, got %s", want, yamlnode.Describe(n))
 }
 
 func (d *decoder) expectScalar(n *yaml.Node, path, want string) bool {
@@ -160,7 +162,7 @@ func (d *decoder) mappingPairs(n *yaml.Node, path string) (keys, values []*yaml.
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode || (k.Tag != "!!str" && k.Tag != "!!int" && k.Tag != "!!bool") {
-			d.errAt(k, path, "keys must be plain strings", "mapping key %d is %s", i/2, describeNode(k))
+			d.errAt(k, path, "keys must be plain strings", "mapping key %d is %s", i/2, yamlnode.Describe(k))
 			continue
 		}
 		if k.Value == "<<" {

@@ -6,9 +6,9 @@ import (
 	"path"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
+	"hookbox.dev/hookbox/internal/toml"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -36,7 +36,7 @@ var codexFlags = flagTable{
 		if c.r.Engine.Effort == "" {
 			return ""
 		}
-		return "model_reasoning_effort=" + tomlString(c.r.Engine.Effort)
+		return "model_reasoning_effort=" + toml.Quote(c.r.Engine.Effort)
 	}},
 	{kind: flagValue, name: "-C", value: constant(render.WorkspaceDir)},
 	{kind: flagRepeat, name: "-c", value: codexMCPOverrides},
@@ -110,9 +110,9 @@ func codexMCPOverrides(c *compilation) any {
 		s := (*servers)[name]
 		key := "mcp_servers." + name + "."
 		if len(s.Command) > 0 {
-			out = append(out, key+"command="+tomlString(s.Command[0]), key+"args="+tomlArray(s.Command[1:]))
+			out = append(out, key+"command="+toml.Quote(s.Command[0]), key+"args="+toml.QuoteArray(s.Command[1:]))
 		} else {
-			out = append(out, key+"url="+tomlString(s.URL))
+			out = append(out, key+"url="+toml.Quote(s.URL))
 		}
 	}
 	for _, name := range c.p.workspaceCodexServers {
@@ -137,7 +137,7 @@ func codexCredentialsTOML(servers map[string]MCPServer) string {
 			}
 			b.WriteString("[mcp_servers." + name + "." + table.suffix + "]\n")
 			for _, k := range sortedKeys(table.values) {
-				b.WriteString(tomlString(k) + " = " + tomlString(table.values[k]) + "\n")
+				b.WriteString(toml.Quote(k) + " = " + toml.Quote(table.values[k]) + "\n")
 			}
 		}
 	}
@@ -159,40 +159,6 @@ func (c *compilation) addCodexHooks() error {
 	}
 	c.addFile(path.Join(codexHome, "hooks.json"), 0o644, content)
 	return nil
-}
-
-// tomlString writes s as a TOML basic string.
-func tomlString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"':
-			b.WriteString(`\"`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r < 0x20 || r == 0x7f:
-			b.WriteString(`\u` + strconv.FormatInt(int64(r)+0x10000, 16)[1:])
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-func tomlArray(items []string) string {
-	quoted := make([]string, len(items))
-	for i, s := range items {
-		quoted[i] = tomlString(s)
-	}
-	return "[" + strings.Join(quoted, ", ") + "]"
 }
 
 var codexServerTable = regexp.MustCompile(`^\s*\[\s*mcp_servers\.("?)([A-Za-z0-9_-]+)("?)\s*[\].]`)

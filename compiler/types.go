@@ -1,8 +1,6 @@
 package compiler
 
 import (
-	"fmt"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -90,31 +88,4 @@ func (c *Command) decodeNode(d *decoder, n *yaml.Node, path string) {
 	default:
 		d.typeErr(n, path, "a list of strings")
 	}
-}
-
-// describeNode names a node's type for error messages ("a mapping").
-func describeNode(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		switch n.Tag {
-		case "!!str":
-			return "a string"
-		case "!!int":
-			return "an integer"
-		case "!!float":
-			return "a number"
-		case "!!bool":
-			return "a boolean"
-		case "!!null":
-			return "null"
-		case "!!timestamp":
-			return "a timestamp"
-		}
-		return "a scalar (" + strings.TrimPrefix(n.Tag, "!!") + ")"
-	}
-	return fmt.Sprintf("YAML node kind %d", n.Kind)
 }

@@ -18,18 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher"
 )
-
-// containerdUp: a containerd answers at the address hookbox will use.
-var containerdUp = requirement{"containerd", func() string {
-	addr := containerdAddress()
-	out, err := exec.Command("ctr", "--address", addr, "version").CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("containerd does not answer at %s (%v: %s); .ci/run starts it", addr, err, bytes.TrimSpace(out))
-	}
-	return ""
-}}
 
 func containerdAddress() string {
 	if a := os.Getenv("HOOKBOX_CONTAINERD_ADDRESS"); a != "" {
@@ -82,7 +73,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	require(t, root, runc, containerdUp)
+	testenv.RequireIntegration(t, testenv.Root, testenv.Runc, containerdUp)
 	buildTools(t)
 	dir := t.TempDir()
 	e := &env{t: t, state: filepath.Join(dir, "state"), specDir: filepath.Join(dir, "spec")}

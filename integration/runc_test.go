@@ -16,6 +16,7 @@ import (
 
 	"hookbox.dev/hookbox/compiler"
 	"hookbox.dev/hookbox/images"
+	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/oci"
 	"hookbox.dev/hookbox/render"
@@ -161,7 +162,7 @@ func (b *bundle) run(t *testing.T) (stdout, stderr string, err error) {
 // with the OCI spec, mount plan and rootfs hookbox generates, and checks
 // every claim of the sandbox.
 func TestRuncSandbox(t *testing.T) {
-	require(t, root, runc)
+	testenv.RequireIntegration(t, testenv.Root, testenv.Runc)
 	tmp := t.TempDir()
 	probe := buildStatic(t, "hookbox.dev/hookbox/integration/probe", programDir(t))
 	ws := filepath.Join(tmp, "ws")

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"hookbox.dev/hookbox/internal/mountinfo"
 )
 
 // FuzzResolveArtifacts: any declared entry resolves without panicking to
@@ -76,43 +78,21 @@ func FuzzValidateDestination(f *testing.F) {
 	})
 }
 
-// FuzzParseMountInfo: the mountinfo parser never panics, and a line it
-// accepts has a mountpoint and a filesystem type.
-func FuzzParseMountInfo(f *testing.F) {
-	f.Add([]byte("42 27 0:39 / /tmp/exp1 rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=980k,mode=700,uid=65532,gid=65532\n"))
-	f.Add([]byte("36 35 98:0 /mnt1 /mnt\\0402 rw,noatime master:1 shared:2 - ext3 /dev/root rw,errors=continue\n"))
-	f.Add([]byte("1 2 3 4 5 6 -\n"))
-	f.Add([]byte("\\\\\\0\n\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		entries, err := parseMountInfo(data)
-		if err != nil {
-			return
-		}
-		for _, e := range entries {
-			if e.FSType == "" && e.MountPoint == "" {
-				t.Fatalf("accepted an empty entry from %q", data)
-			}
-		}
-	})
-}
-
-func TestParseMountInfo(t *testing.T) {
-	data := "36 35 98:0 /mnt1 /mnt\\040two rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n" +
-		"42 27 0:39 / /run/x rw,nosuid,nodev,noexec - tmpfs tmpfs rw,size=980k,mode=700\n" +
-		"43 27 0:40 / /run/x rw - tmpfs tmpfs rw,size=4k\n"
-	entries, err := parseMountInfo([]byte(data))
-	if err != nil {
-		t.Fatal(err)
+func TestLastAt(t *testing.T) {
+	mounts := []mountinfo.Mount{
+		{ID: 36, MountPoint: "/mnt two", FSType: "ext3"},
+		{ID: 42, MountPoint: "/run/x", FSType: "tmpfs", SuperOptions: []string{"rw", "size=980k"}},
+		{ID: 43, MountPoint: "/run/x", FSType: "tmpfs", SuperOptions: []string{"rw", "size=4k"}},
 	}
-	if len(entries) != 3 || entries[0].MountPoint != "/mnt two" || entries[0].FSType != "ext3" || entries[0].Source != "/dev/root" {
-		t.Fatalf("parsed %+v", entries)
-	}
-	if top := lastAt(entries, "/run/x"); top == nil || top.SuperOptions[1] != "size=4k" {
+	if top := lastAt(mounts, "/run/x"); top == nil || top.ID != 43 {
 		t.Errorf("topmost mount at /run/x = %+v, want the later one", top)
 	}
-	if _, err := parseMountInfo([]byte("36 35 98:0 /mnt1 /mnt rw\n")); err == nil {
-		t.Error("accepted a line without the separator")
+	if m := lastAt(mounts, "/run"); m != nil {
+		t.Errorf("lastAt(/run) = %+v, want nil", m)
 	}
+}
+
+func TestParseSize(t *testing.T) {
 	if parseSize("980k") != 980<<10 || parseSize("2g") != 2<<30 || parseSize("x") != -1 {
 		t.Error("parseSize")
 	}

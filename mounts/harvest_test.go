@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/internal/testenv"
 )
 
 // skipsOf indexes a report's skipped entries by path.
@@ -134,7 +136,7 @@ func TestHarvestRootSymlinkRefused(t *testing.T) {
 }
 
 func TestHarvestSkipsSpecialFiles(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	src := newTmpfs(t, 1<<20) // nodev, as in a real run: mknod works, open does not
 	dst := filepath.Join(t.TempDir(), "dst")
 	if err := unix.Mkfifo(filepath.Join(src, "out", "fifo"), 0o644); err != nil {
@@ -230,7 +232,7 @@ func TestHarvestCap(t *testing.T) {
 }
 
 func TestHarvestUnreadableIsReported(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	src := newTmpfs(t, 1<<20)
 	dst := t.TempDir()
 	// A mount inside the harvested tree is not crossed (RESOLVE_NO_XDEV).

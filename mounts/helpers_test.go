@@ -11,21 +11,6 @@ import (
 	"hookbox.dev/hookbox/render"
 )
 
-// requireRoot gates tests that mount, mknod or chown. They skip when not
-// root, except under HOOKBOX_REQUIRE_ROOT=1 (CI's root job), where not
-// being root is a failure: a machine that should run them must not pass by
-// skipping.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("HOOKBOX_REQUIRE_ROOT") == "1" {
-		t.Fatalf("HOOKBOX_REQUIRE_ROOT=1 but running as uid %d; run the tests as root", os.Geteuid())
-	}
-	t.Skipf("needs root (uid %d); set HOOKBOX_REQUIRE_ROOT=1 to make this a failure", os.Geteuid())
-}
-
 // wantErr checks err is in category sentinel and mentions every substring.
 func wantErr(t *testing.T, err, sentinel error, substrings ...string) {
 	t.Helper()

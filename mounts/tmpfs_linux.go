@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"hookbox.dev/hookbox/internal/mountinfo"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -100,12 +101,12 @@ func Create(path string, sizeBytes int64, uid, gid int) error {
 
 // differsFrom says how mount e differs from the tmpfs Create would make,
 // or "" when it is the same.
-func differsFrom(e *mountEntry, sizeBytes int64, uid, gid int) string {
+func differsFrom(e *mountinfo.Mount, sizeBytes int64, uid, gid int) string {
 	if e.FSType != "tmpfs" {
 		return "not a tmpfs"
 	}
 	for _, f := range hardening {
-		if !slices.Contains(e.MountOptions, f) {
+		if !slices.Contains(e.Options, f) {
 			return "not " + f
 		}
 	}
@@ -375,14 +376,13 @@ func mountPath(p string) (string, error) {
 
 // mountAt returns the topmost mount at mountpoint p (already absolute and
 // resolved), or nil.
-func mountAt(p string) (*mountEntry, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+func mountAt(p string) (*mountinfo.Mount, error) {
+	mounts, err := mountinfo.Read()
+	switch {
+	case errors.Is(err, mountinfo.ErrMalformed):
+		return nil, err
+	case err != nil:
 		return nil, fmt.Errorf("reading mount table: %w", err)
 	}
-	entries, err := parseMountInfo(data)
-	if err != nil {
-		return nil, err
-	}
-	return lastAt(entries, p), nil
+	return lastAt(mounts, p), nil
 }

@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"hookbox.dev/hookbox/internal/mountinfo"
+	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -17,7 +19,7 @@ const testUID, testGID = 65532, 65532
 // newTmpfs creates a run tmpfs under a temp dir and unmounts it at the end.
 func newTmpfs(t *testing.T, size int64) string {
 	t.Helper()
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	p := filepath.Join(t.TempDir(), "run", "tmpfs")
 	if err := Create(p, size, testUID, testGID); err != nil {
 		t.Fatal(err)
@@ -55,8 +57,8 @@ func TestCreate(t *testing.T) {
 		t.Fatalf("mountinfo has no entry at %s (err %v)", p, err)
 	}
 	for _, o := range []string{"nosuid", "nodev", "noexec"} {
-		if !slices.Contains(e.MountOptions, o) {
-			t.Errorf("mount options %v lack %s", e.MountOptions, o)
+		if !slices.Contains(e.Options, o) {
+			t.Errorf("mount options %v lack %s", e.Options, o)
 		}
 	}
 	for _, o := range []string{"size=1024k", "mode=700", "uid=65532", "gid=65532"} {
@@ -90,7 +92,10 @@ func TestCreateIsIdempotent(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(p, "out")); err != nil {
 		t.Errorf("second Create did not restore out: %v", err)
 	}
-	entries, _ := parseMountInfoFile(t)
+	entries, err := mountinfo.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := 0
 	for _, e := range entries {
 		if e.MountPoint == p {
@@ -100,14 +105,14 @@ func TestCreateIsIdempotent(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d mounts at %s, want 1", n, p)
 	}
-	err := Create(p, 2<<20, testUID, testGID)
+	err = Create(p, 2<<20, testUID, testGID)
 	wantErr(t, err, ErrMountConflict, p, "already mounted", "Unmount")
 	err = Create(p, 1<<20, 1000, 1000)
 	wantErr(t, err, ErrMountConflict, p, "owner")
 }
 
 func TestCreateRefuses(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	base := t.TempDir()
 	full := filepath.Join(base, "full")
 	mkdirs(t, full)
@@ -206,7 +211,7 @@ func TestTmpfsIsFull(t *testing.T) {
 }
 
 func TestUnmountIsRetrySafe(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	p := filepath.Join(t.TempDir(), "tmpfs")
 	if err := Create(p, 1<<20, testUID, testGID); err != nil {
 		t.Fatal(err)
@@ -227,7 +232,7 @@ func TestUnmountIsRetrySafe(t *testing.T) {
 }
 
 func TestUnmountNeverMounted(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	base := t.TempDir()
 	if err := Unmount(filepath.Join(base, "missing", "tmpfs")); err != nil {
 		t.Errorf("Unmount of a missing path: %v", err)
@@ -250,7 +255,7 @@ func TestUnmountNeverMounted(t *testing.T) {
 }
 
 func TestUnmountBusyIsLazy(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	p := filepath.Join(t.TempDir(), "tmpfs")
 	if err := Create(p, 1<<20, testUID, testGID); err != nil {
 		t.Fatal(err)
@@ -272,7 +277,7 @@ func TestUnmountBusyIsLazy(t *testing.T) {
 }
 
 func TestUnmountRefusesOtherFilesystems(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	p := filepath.Join(t.TempDir(), "ramfs")
 	mkdirs(t, p)
 	if err := unix.Mount("ramfs", p, "ramfs", 0, ""); err != nil {
@@ -295,17 +300,4 @@ func TestIsMountedResolvesParentSymlinks(t *testing.T) {
 	if ok, err := IsMounted(filepath.Join(p, "home")); err != nil || ok {
 		t.Errorf("IsMounted(home) = %v, %v; want false", ok, err)
 	}
-}
-
-func parseMountInfoFile(t *testing.T) ([]mountEntry, error) {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := parseMountInfo(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e, nil
 }

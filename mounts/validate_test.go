@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -94,7 +95,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 // TestValidatePlannedRun validates a whole plan from MountPlan against
 // real host paths, the way the launcher does.
 func TestValidatePlannedRun(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	base := t.TempDir()
 	ws, cfg, run := filepath.Join(base, "ws"), filepath.Join(base, "etc"), filepath.Join(base, "tmpfs")
 	mkdirs(t, ws, cfg)

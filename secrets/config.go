@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"hookbox.dev/hookbox/internal/yamlnode"
 )
 
 // Placeholder is replaced by the variable name in every argv element after
@@ -163,7 +165,7 @@ func ParseLookup(data []byte, source string) Lookup {
 		return notConfigured(source)
 	}
 	if secretsNode.Kind != yaml.MappingNode {
-		return refuse(source, RefusalConfigInvalid, -1, "secrets must be a mapping (it is "+describe(secretsNode)+"); the lookup goes under secrets.lookup")
+		return refuse(source, RefusalConfigInvalid, -1, "secrets must be a mapping (it is "+yamlnode.Describe(secretsNode)+"); the lookup goes under secrets.lookup")
 	}
 	secretsFields, refusal := fields(secretsNode, "secrets", []string{"lookup"}, source)
 	if refusal != nil {
@@ -174,7 +176,7 @@ func ParseLookup(data []byte, source string) Lookup {
 		return notConfigured(source)
 	}
 	if lookupNode.Kind != yaml.MappingNode {
-		return refuse(source, RefusalConfigInvalid, -1, "secrets.lookup must be a mapping with argv (and optionally enabled, timeout); it is "+describe(lookupNode))
+		return refuse(source, RefusalConfigInvalid, -1, "secrets.lookup must be a mapping with argv (and optionally enabled, timeout); it is "+yamlnode.Describe(lookupNode))
 	}
 	lf, refusal := fields(lookupNode, "secrets.lookup", []string{"enabled", "argv", "timeout"}, source)
 	if refusal != nil {
@@ -184,7 +186,7 @@ func ParseLookup(data []byte, source string) Lookup {
 	if n, ok := lf["enabled"]; ok {
 		enabled, isBool := boolValue(n)
 		if !isBool {
-			return refuse(source, RefusalEnabledNotBool, -1, "secrets.lookup.enabled must be true or false; it is "+describe(n))
+			return refuse(source, RefusalEnabledNotBool, -1, "secrets.lookup.enabled must be true or false; it is "+yamlnode.Describe(n))
 		}
 		if !enabled {
 			return Lookup{State: Disabled, Source: source}
@@ -251,7 +253,7 @@ func parseDocument(data []byte, source string) (root *yaml.Node, refusal *Lookup
 	case isNull(n):
 		return nil, nil
 	case n.Kind != yaml.MappingNode:
-		r := refuse(source, RefusalConfigInvalid, -1, "the top level must be a mapping; it is "+describe(n))
+		r := refuse(source, RefusalConfigInvalid, -1, "the top level must be a mapping; it is "+yamlnode.Describe(n))
 		return nil, &r
 	}
 	return n, nil
@@ -327,7 +329,7 @@ func fields(m *yaml.Node, path string, known []string, source string) (map[strin
 			what := "an unresolved alias"
 			line, col := m.Content[i].Line, m.Content[i].Column
 			if k != nil {
-				what = describe(k)
+				what = yamlnode.Describe(k)
 			}
 			r := refuse(source, RefusalUnknownField, -1, fmt.Sprintf("%s has a key at line %d, column %d that is %s, not a field name; allowed fields: %s", path, line, col, what, strings.Join(known, ", ")))
 			return nil, &r
@@ -362,7 +364,7 @@ func argvValue(n *yaml.Node, source string) ([]string, *Lookup) {
 		return nil, &r
 	}
 	if n.Kind != yaml.SequenceNode {
-		r := refuse(source, RefusalArgvNotList, -1, "secrets.lookup.argv is "+describe(n)+`; the lookup command is an argv list, never a string: write argv: ["/usr/bin/pass", "show", "hookbox/{name}"]`)
+		r := refuse(source, RefusalArgvNotList, -1, "secrets.lookup.argv is "+yamlnode.Describe(n)+`; the lookup command is an argv list, never a string: write argv: ["/usr/bin/pass", "show", "hookbox/{name}"]`)
 		return nil, &r
 	}
 	argv := make([]string, 0, len(n.Content))
@@ -371,7 +373,7 @@ func argvValue(n *yaml.Node, source string) ([]string, *Lookup) {
 		if e == nil || e.Kind != yaml.ScalarNode || e.ShortTag() != "!!str" {
 			what := "an unresolved alias"
 			if e != nil {
-				what = describe(e)
+				what = yamlnode.Describe(e)
 			}
 			r := refuse(source, RefusalArgvElementNotString, i, fmt.Sprintf("secrets.lookup.argv[%d] is %s; every argv element must be a string (quote it)", i, what))
 			return nil, &r
@@ -408,7 +410,7 @@ func checkArgv(argv []string) (reason Refusal, index int, msg string) {
 func timeoutValue(n *yaml.Node) (time.Duration, string) {
 	const want = "; write a Go duration greater than 0 and at most 10m, e.g. timeout: 10s"
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-		return 0, "secrets.lookup.timeout is " + describe(n) + want
+		return 0, "secrets.lookup.timeout is " + yamlnode.Describe(n) + want
 	}
 	d, err := time.ParseDuration(n.Value)
 	if err != nil {
@@ -444,40 +446,4 @@ func deref(n *yaml.Node) *yaml.Node {
 
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
-}
-
-// describe names a node's type for messages. It never includes the node's
-// text, and a non-standard tag is not repeated either.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a sequence"
-	case yaml.DocumentNode:
-		return "a document"
-	case yaml.AliasNode:
-		return "an alias"
-	case yaml.ScalarNode:
-		switch n.ShortTag() {
-		case "!!str":
-			return "a string"
-		case "!!int":
-			return "an integer"
-		case "!!float":
-			return "a number"
-		case "!!bool":
-			return "a boolean"
-		case "!!null":
-			return "null"
-		case "!!timestamp":
-			return "a timestamp"
-		case "!!binary":
-			return "binary data"
-		case "!!merge":
-			return "a merge key (<<)"
-		}
-		return "a scalar with a custom tag"
-	}
-	return "an unknown YAML node"
 }

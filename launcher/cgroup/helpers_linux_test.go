@@ -16,32 +16,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/internal/testenv"
 )
-
-// requireRoot gates tests that create cgroups and move processes. They skip
-// when not root, except under HOOKBOX_REQUIRE_ROOT=1 (CI's root job), where
-// not being root is a failure: a machine that should run them must not pass
-// by skipping.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("HOOKBOX_REQUIRE_ROOT") == "1" {
-		t.Fatalf("HOOKBOX_REQUIRE_ROOT=1 but running as uid %d; run the tests as root", os.Geteuid())
-	}
-	t.Skipf("needs root (uid %d); set HOOKBOX_REQUIRE_ROOT=1 to make this a failure", os.Geteuid())
-}
-
-// missing fails under HOOKBOX_REQUIRE_ROOT=1 and skips otherwise: for a
-// host feature a root CI machine is expected to have.
-func missing(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("HOOKBOX_REQUIRE_ROOT") == "1" {
-		t.Fatalf("%s (HOOKBOX_REQUIRE_ROOT=1 demands it)", why)
-	}
-	t.Skip(why)
-}
 
 // testParent is the cgroup under which tests make theirs, in every hierarchy.
 const testParent = "/hookbox-test"
@@ -62,7 +39,7 @@ type testCgroup struct {
 
 func newTestCgroup(t *testing.T) *testCgroup {
 	t.Helper()
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	// Orphans of a test's tree (the daemonized grandchild, a killed
 	// shell's children) would otherwise go to this host's pid 1, which
 	// may never reap them.
@@ -107,7 +84,7 @@ func newTestCgroup(t *testing.T) *testCgroup {
 		c.dirs[key] = dir
 	}
 	if len(c.dirs) == 0 {
-		missing(t, "no cgroup hierarchy to create a test cgroup in")
+		testenv.Missing(t, "no cgroup hierarchy to create a test cgroup in")
 	}
 	return c
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"hookbox.dev/hookbox/internal/mountinfo"
 )
 
 // Errors of this package, checked with errors.Is.
@@ -107,45 +109,30 @@ func (h hierarchy) dirFor(p string) string {
 	return ""
 }
 
-// parseHierarchies returns the cgroup hierarchies in mountinfo text
-// (proc(5)), in order of first mount, each with all its mounts. A malformed
-// line is an error rather than skipped: a hierarchy we could not read must
-// not look like one that is not there.
-func parseHierarchies(mountinfo string) ([]hierarchy, error) {
+// hierarchies returns the cgroup hierarchies among mounts, in order of
+// first mount, each with all its mounts. A cgroup mount with a relative
+// root or mount point is an error rather than skipped: a hierarchy we could
+// not place must not look like one that is not there.
+func hierarchies(mounts []mountinfo.Mount) ([]hierarchy, error) {
 	var out []hierarchy
 	index := map[string]int{}
-	for n, line := range strings.Split(mountinfo, "\n") {
-		if strings.TrimSpace(line) == "" {
+	for _, mi := range mounts {
+		if mi.FSType != "cgroup" && mi.FSType != "cgroup2" {
 			continue
 		}
-		fields := strings.Fields(line)
-		sep := -1
-		for i := 6; i < len(fields); i++ {
-			if fields[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || len(fields) < sep+3 {
-			return nil, fmt.Errorf("mountinfo line %d is malformed: %q", n+1, line)
-		}
-		fstype := fields[sep+1]
-		if fstype != "cgroup" && fstype != "cgroup2" {
-			continue
-		}
-		dev := fields[2]
-		m := cgroupMount{Root: unescapeOctal(fields[3]), MountPoint: unescapeOctal(fields[4])}
+		m := cgroupMount{Root: mi.Root, MountPoint: mi.MountPoint}
 		if !path.IsAbs(m.Root) || !path.IsAbs(m.MountPoint) {
-			return nil, fmt.Errorf("mountinfo line %d: cgroup mount with a relative path: %q", n+1, line)
+			return nil, fmt.Errorf("mountinfo mount %d: cgroup mount with a relative path: root %q, mount point %q", mi.ID, m.Root, m.MountPoint)
 		}
 		m.Root, m.MountPoint = path.Clean(m.Root), path.Clean(m.MountPoint)
+		dev := fmt.Sprintf("%d:%d", mi.Major, mi.Minor)
 		if i, ok := index[dev]; ok {
 			out[i].Mounts = append(out[i].Mounts, m)
 			continue
 		}
-		h := hierarchy{Unified: fstype == "cgroup2", Dev: dev, Mounts: []cgroupMount{m}}
-		if !h.Unified && len(fields) > sep+3 {
-			for _, opt := range strings.Split(fields[sep+3], ",") {
+		h := hierarchy{Unified: mi.FSType == "cgroup2", Dev: dev, Mounts: []cgroupMount{m}}
+		if !h.Unified {
+			for _, opt := range mi.SuperOptions {
 				switch {
 				case v1Controllers[opt]:
 					h.Controllers = append(h.Controllers, opt)
@@ -159,26 +146,6 @@ func parseHierarchies(mountinfo string) ([]hierarchy, error) {
 	}
 	return out, nil
 }
-
-// unescapeOctal undoes the kernel's octal escapes (\040 for a space, \011,
-// \012, \134) in a mountinfo field.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // classify names the layout of a set of hierarchies.
 func classify(hs []hierarchy) Layout {

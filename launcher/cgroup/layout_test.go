@@ -3,8 +3,20 @@ package cgroup
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
+
+	"hookbox.dev/hookbox/internal/mountinfo"
 )
+
+// parseHierarchies returns the cgroup hierarchies in mountinfo text.
+func parseHierarchies(text string) ([]hierarchy, error) {
+	mounts, err := mountinfo.Parse(strings.NewReader(text))
+	if err != nil {
+		return nil, err
+	}
+	return hierarchies(mounts)
+}
 
 // mountinfo of this project's hybrid host (Debian 12), with a few
 // non-cgroup lines.

@@ -11,19 +11,22 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-)
 
-const mountinfoPath = "/proc/self/mountinfo"
+	"hookbox.dev/hookbox/internal/mountinfo"
+)
 
 // hostHierarchies reads the cgroup hierarchies mounted in this mount namespace.
 func hostHierarchies() ([]hierarchy, error) {
-	data, err := os.ReadFile(mountinfoPath)
-	if err != nil {
-		return nil, fmt.Errorf("reading cgroup mounts: %w", err)
+	mounts, err := mountinfo.Read()
+	if errors.Is(err, mountinfo.ErrMalformed) {
+		return nil, fmt.Errorf("reading cgroup mounts from %s: %w", mountinfo.Path, err)
 	}
-	hs, err := parseHierarchies(string(data))
 	if err != nil {
-		return nil, fmt.Errorf("reading cgroup mounts from %s: %w", mountinfoPath, err)
+		return nil, fmt.Errorf("reading cgroup mounts: %w", err) // the error names the file
+	}
+	hs, err := hierarchies(mounts)
+	if err != nil {
+		return nil, fmt.Errorf("reading cgroup mounts from %s: %w", mountinfo.Path, err)
 	}
 	return hs, nil
 }
@@ -37,7 +40,7 @@ func Detect() (Layout, error) {
 	}
 	l := classify(hs)
 	if l == Unknown {
-		return Unknown, fmt.Errorf("no cgroup or cgroup2 filesystem in %s: %w", mountinfoPath, ErrNotSupported)
+		return Unknown, fmt.Errorf("no cgroup or cgroup2 filesystem in %s: %w", mountinfo.Path, ErrNotSupported)
 	}
 	return l, nil
 }

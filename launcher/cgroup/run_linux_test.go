@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/internal/testenv"
 )
 
 // mountedFSType returns the filesystem type mounted at mountpoint p, read
@@ -234,7 +236,7 @@ func TestKillAllForkStorm(t *testing.T) {
 func TestIDIsCgroup2Inode(t *testing.T) {
 	cg := newTestCgroup(t)
 	if cg.dirs["unified"] == "" {
-		missing(t, "no cgroup2 hierarchy on this host")
+		testenv.Missing(t, "no cgroup2 hierarchy on this host")
 	}
 	r, err := Open(cg.Path)
 	if err != nil {
@@ -357,7 +359,7 @@ func TestOOMKilled(t *testing.T) {
 		hog.write(t, "unified", "memory.max", strconv.Itoa(16<<20))
 		hog.write(t, "unified", "memory.swap.max", "0")
 	default:
-		missing(t, "no memory controller for the test cgroup (v1 memory hierarchy or cgroup2 memory)")
+		testenv.Missing(t, "no memory controller for the test cgroup (v1 memory hierarchy or cgroup2 memory)")
 	}
 	r, err := Open(hog.Path)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"hookbox.dev/hookbox/internal/toml"
 )
 
 // renderConfig is the managed daemon's config.toml: config version 2 (read
@@ -12,7 +14,7 @@ import (
 // the slowest plugin to start), and the opt plugin's directory moved under
 // the root instead of the host-wide /opt/containerd.
 func renderConfig(m Managed) ([]byte, error) {
-	q := func(s string) string { return tomlString(s) }
+	q := toml.Quote
 	for _, p := range []string{m.Root, m.State, m.Address, m.TTRPCAddress} {
 		if !utf8.ValidString(p) {
 			return nil, fmt.Errorf("managed containerd: path %q is not UTF-8, which a TOML config cannot hold", p)
@@ -32,24 +34,4 @@ func renderConfig(m Managed) ([]byte, error) {
 	b.WriteString("  [plugins.\"io.containerd.internal.v1.opt\"]\n")
 	fmt.Fprintf(&b, "    path = %s\n", q(m.Root+"/opt"))
 	return []byte(b.String()), nil
-}
-
-// tomlString quotes s as a TOML basic string.
-func tomlString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"':
-			b.WriteString(`\"`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\u%04X`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }

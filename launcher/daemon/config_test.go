@@ -46,7 +46,7 @@ func TestRenderConfigQuotes(t *testing.T) {
 	}
 	for _, want := range []string{
 		`root = "/srv/we\"ird\\dir/containerd/root"`,
-		`state = "/run/x\u0009y/containerd/state"`,
+		`state = "/run/x\ty/containerd/state"`,
 	} {
 		if !strings.Contains(string(got), want) {
 			t.Errorf("config lacks %s:\n%s", want, got)

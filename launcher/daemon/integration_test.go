@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"hookbox.dev/hookbox/internal/testenv"
 )
 
 // Environment of the helper process TestManagedLifecycle starts: it starts
@@ -34,46 +36,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// requirement is something a test needs from the host; its check says why
-// it is missing ("" when met).
-type requirement struct {
-	name  string
-	check func() string
-}
-
-var (
-	needRoot = requirement{"root", func() string {
-		if os.Geteuid() != 0 {
-			return "not running as root"
-		}
-		return ""
-	}}
-	needContainerd = requirement{"containerd", func() string {
-		if _, err := exec.LookPath("containerd"); err != nil {
-			return "no containerd binary on PATH (apt-get install containerd runc)"
-		}
-		return ""
-	}}
-)
-
-// require runs the test only when the host meets reqs. Under
-// HOOKBOX_INTEGRATION=1 an unmet requirement fails the test; elsewhere it
-// skips it.
-func require(t *testing.T, reqs ...requirement) {
-	t.Helper()
-	enforced := os.Getenv("HOOKBOX_INTEGRATION") == "1"
-	for _, r := range reqs {
-		if why := r.check(); why != "" {
-			if enforced {
-				t.Fatalf("requirement %s: %s (HOOKBOX_INTEGRATION=1 demands it)", r.name, why)
-			}
-			t.Skipf("requirement %s: %s", r.name, why)
-		}
-	}
-}
-
 func TestManagedLifecycle(t *testing.T) {
-	require(t, needRoot, needContainerd)
+	testenv.Require(t, testenv.Root, testenv.Containerd)
 	ctx := context.Background()
 	m := testLayout(t)
 	stateDir, runtimeDir := filepath.Dir(m.Dir), filepath.Dir(m.RunDir)
@@ -240,7 +204,7 @@ func countDaemons(m Managed) int {
 
 // A daemon that dies at once: Start says so, with the log and exit status.
 func TestManagedStartFailureQuotesLog(t *testing.T) {
-	require(t, needRoot)
+	testenv.Require(t, testenv.Root)
 	m := testLayout(t)
 	m.Binary = script(t, "echo 'containerd: failed to load config: boom' >&2\nexit 3\n")
 	err := m.Start(context.Background())
@@ -259,7 +223,7 @@ func TestManagedStartFailureQuotesLog(t *testing.T) {
 
 // A daemon that never answers: Start gives up after StartTimeout and kills it.
 func TestManagedStartTimeoutKills(t *testing.T) {
-	require(t, needRoot)
+	testenv.Require(t, testenv.Root)
 	m := testLayout(t)
 	m.Binary = script(t, "echo starting\nexec sleep 60\n")
 	m.StartTimeout = 500 * time.Millisecond

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher/daemon"
 )
 
@@ -141,7 +142,7 @@ func TestReportFromFixture(t *testing.T) {
 // TestRealHost asserts what this machine kind (Debian 12 VM, containerd
 // 1.6.20 and runc 1.1.5 from apt, kernel with BTF, root) must answer.
 func TestRealHost(t *testing.T) {
-	requireHost(t)
+	testenv.Require(t, testenv.Root, testenv.Containerd, testenv.Runc)
 	r := Run(context.Background(), Options{})
 	out, _ := json.MarshalIndent(r, "", "  ")
 	t.Logf("report:\n%s", out)
@@ -214,29 +215,4 @@ func layoutByStatfs(t *testing.T) string {
 		return "v1"
 	}
 	return ""
-}
-
-// requireHost runs the real-host test where it can pass: root with
-// containerd and runc installed. Under HOOKBOX_INTEGRATION=1 a missing
-// requirement fails the test instead of skipping it.
-func requireHost(t *testing.T) {
-	t.Helper()
-	var why string
-	switch {
-	case os.Geteuid() != 0:
-		why = "not running as root"
-	default:
-		for _, bin := range []string{"containerd", "runc"} {
-			if _, err := exec.LookPath(bin); err != nil {
-				why = bin + " not on PATH (apt-get install containerd runc)"
-			}
-		}
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("HOOKBOX_INTEGRATION") == "1" {
-		t.Fatalf("real-host test: %s (HOOKBOX_INTEGRATION=1 demands it)", why)
-	}
-	t.Skipf("real-host test: %s", why)
 }

@@ -15,7 +15,7 @@ func FuzzParseMountinfo(f *testing.F) {
 			t.Fatalf("%d mounts from %d lines", len(mounts), strings.Count(text, "\n")+1)
 		}
 		for _, m := range mounts {
-			if m.fstype == "" {
+			if m.FSType == "" {
 				t.Fatalf("mount without a type: %+v", m)
 			}
 		}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"hookbox.dev/hookbox/internal/mountinfo"
 )
 
 // Each probe reads files under host.root (a fixture in tests) and returns
@@ -24,15 +26,9 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// mount is one line of /proc/self/mountinfo.
-type mount struct {
-	point     string // mount point, unescaped
-	fstype    string
-	superOpts string // per-superblock options (cgroup v1: its controllers)
-}
-
-// readMountinfo reads a mountinfo file (proc(5)).
-func readMountinfo(path string) ([]mount, error) {
+// readMountinfo reads a mountinfo file (proc(5)), skipping lines it
+// cannot parse: a probe reports what it can read rather than failing.
+func readMountinfo(path string) ([]mountinfo.Mount, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -41,43 +37,14 @@ func readMountinfo(path string) ([]mount, error) {
 }
 
 // parseMountinfo parses mountinfo text, skipping lines it cannot read.
-func parseMountinfo(text string) []mount {
-	var mounts []mount
+func parseMountinfo(text string) []mountinfo.Mount {
+	var mounts []mountinfo.Mount
 	for _, line := range strings.Split(text, "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
+		if m, err := mountinfo.ParseLine(line); err == nil {
+			mounts = append(mounts, m)
 		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 1 {
-			continue
-		}
-		m := mount{point: unescapeOctal(f[4]), fstype: g[0]}
-		if len(g) >= 3 {
-			m.superOpts = g[2]
-		}
-		mounts = append(mounts, m)
 	}
 	return mounts
-}
-
-// unescapeOctal undoes mountinfo's \ooo escapes (space, tab, newline, \).
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // readFilesystems is the set of filesystem types in /proc/filesystems.
@@ -110,21 +77,21 @@ var v1Controllers = map[string]bool{
 	"net_prio": true, "perf_event": true, "pids": true, "rdma": true,
 }
 
-func cgroupsOf(mounts []mount) cgroups {
+func cgroupsOf(mounts []mountinfo.Mount) cgroups {
 	cg := cgroups{v1: map[string]string{}}
 	hasV1 := false
 	var v2 []string
 	for _, m := range mounts {
-		switch m.fstype {
+		switch m.FSType {
 		case "cgroup":
 			hasV1 = true
-			for _, o := range strings.Split(m.superOpts, ",") {
+			for _, o := range m.SuperOptions {
 				if v1Controllers[o] {
-					cg.v1[o] = m.point
+					cg.v1[o] = m.MountPoint
 				}
 			}
 		case "cgroup2":
-			v2 = append(v2, m.point)
+			v2 = append(v2, m.MountPoint)
 		}
 	}
 	// A host may show several cgroup2 mounts (bind mounts, containers):
@@ -320,11 +287,11 @@ func tmpfsCheck(fss map[string]bool, fssErr error) Check {
 var tracefsPlaces = []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}
 
 // tracefsCheck returns where tracefs is mounted ("" if nowhere usable).
-func tracefsCheck(mounts []mount, fss map[string]bool, fssErr error) (string, Check) {
+func tracefsCheck(mounts []mountinfo.Mount, fss map[string]bool, fssErr error) (string, Check) {
 	c := Check{Name: CheckTracefs}
 	for _, want := range tracefsPlaces {
 		for _, m := range mounts {
-			if m.fstype == "tracefs" && m.point == want {
+			if m.FSType == "tracefs" && m.MountPoint == want {
 				c.Status, c.Detail = OK, "tracefs at "+want
 				return want, c
 			}

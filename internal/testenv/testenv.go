@@ -1,0 +1,108 @@
+// Package testenv owns how hookbox's tests declare what they need from the
+// host, and what happens when the host lacks it. It is imported only by
+// tests.
+//
+// Two switches make a missing capability a failure instead of a skip, so a
+// machine that should run a test cannot pass by skipping it:
+//
+//   - HOOKBOX_REQUIRE_ROOT=1 (CI's root job): RequireRoot and Missing fail
+//     where they would skip.
+//   - HOOKBOX_INTEGRATION=1 (make integration, CI): Require and
+//     RequireIntegration fail on an unmet Requirement. Outside it,
+//     RequireIntegration always skips, with the reason, and Require skips
+//     only when a requirement is unmet.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// Environment variables that turn skips into failures.
+const (
+	RequireRootEnv = "HOOKBOX_REQUIRE_ROOT"
+	IntegrationEnv = "HOOKBOX_INTEGRATION"
+)
+
+// RequireRoot gates a test that needs root (to mount, mknod, chown, create
+// cgroups, move processes). It skips when not root, except under
+// HOOKBOX_REQUIRE_ROOT=1, where not being root is a failure.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv(RequireRootEnv) == "1" {
+		t.Fatalf("HOOKBOX_REQUIRE_ROOT=1 but running as uid %d; run the tests as root", os.Geteuid())
+	}
+	t.Skipf("needs root (uid %d); set HOOKBOX_REQUIRE_ROOT=1 to make this a failure", os.Geteuid())
+}
+
+// Missing reports a host feature a root CI machine is expected to have
+// (a cgroup2 hierarchy, a memory controller): it fails the test under
+// HOOKBOX_REQUIRE_ROOT=1 and skips it otherwise, saying why.
+func Missing(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv(RequireRootEnv) == "1" {
+		t.Fatalf("%s (HOOKBOX_REQUIRE_ROOT=1 demands it)", why)
+	}
+	t.Skip(why)
+}
+
+// Requirement is one capability a test needs from the host.
+type Requirement struct {
+	Name  string
+	Check func() string // "" when met, else why not (and how to get it)
+}
+
+// Requirements the tests share. A package adds its own (a containerd that
+// answers at its address) as Requirement values.
+var (
+	Root = Requirement{"root", func() string {
+		if os.Geteuid() != 0 {
+			return "not running as root"
+		}
+		return ""
+	}}
+	Runc = Requirement{"runc", func() string {
+		if _, err := exec.LookPath("runc"); err != nil {
+			return "runc not on PATH (apt-get install runc)"
+		}
+		return ""
+	}}
+	Containerd = Requirement{"containerd", func() string {
+		if _, err := exec.LookPath("containerd"); err != nil {
+			return "no containerd binary on PATH (apt-get install containerd runc)"
+		}
+		return ""
+	}}
+)
+
+// Require runs the test wherever the host meets reqs. Under
+// HOOKBOX_INTEGRATION=1 an unmet requirement fails the test; elsewhere it
+// skips it with the reason. Requirements are checked in order; the first
+// unmet one decides.
+func Require(t testing.TB, reqs ...Requirement) {
+	t.Helper()
+	enforced := os.Getenv(IntegrationEnv) == "1"
+	for _, r := range reqs {
+		if why := r.Check(); why != "" {
+			if enforced {
+				t.Fatalf("requirement %s: %s (HOOKBOX_INTEGRATION=1 demands it)", r.Name, why)
+			}
+			t.Skipf("requirement %s: %s (set HOOKBOX_INTEGRATION=1 to make this a failure)", r.Name, why)
+		}
+	}
+}
+
+// RequireIntegration gates a test of the integration suite: it runs only
+// under HOOKBOX_INTEGRATION=1, and there an unmet requirement fails it.
+// Elsewhere it skips, naming the first unmet requirement if there is one.
+func RequireIntegration(t testing.TB, reqs ...Requirement) {
+	t.Helper()
+	Require(t, reqs...)
+	if os.Getenv(IntegrationEnv) != "1" {
+		t.Skip("integration test: set HOOKBOX_INTEGRATION=1 (as root, with runc) to run it")
+	}
+}
