@@ -15,19 +15,21 @@ const (
 	EventSpawned  = "spawned"  // spawned: the spawn record
 	EventOutput   = "output"   // stream, data
 	EventResult   = "result"   // result: result.json
+	EventExec     = "exec"     // exec: one traced exec (the trace.jsonl line)
 )
 
 // Event is one line of the --json stream.
 type Event struct {
-	Type    string    `json:"type"`
-	Time    time.Time `json:"time"`
-	RunID   string    `json:"run_id"`
-	Phase   string    `json:"phase,omitempty"`
-	Detail  string    `json:"detail,omitempty"`
-	Stream  string    `json:"stream,omitempty"`
-	Data    string    `json:"data,omitempty"`
-	Spawned *Spawned  `json:"spawned,omitempty"`
-	Result  *Result   `json:"result,omitempty"`
+	Type    string          `json:"type"`
+	Time    time.Time       `json:"time"`
+	RunID   string          `json:"run_id"`
+	Phase   string          `json:"phase,omitempty"`
+	Detail  string          `json:"detail,omitempty"`
+	Stream  string          `json:"stream,omitempty"`
+	Data    string          `json:"data,omitempty"`
+	Spawned *Spawned        `json:"spawned,omitempty"`
+	Result  *Result         `json:"result,omitempty"`
+	Exec    json.RawMessage `json:"exec,omitempty"`
 }
 
 // Sink receives a run's events in order.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"hookbox.dev/hookbox/mounts"
+	"hookbox.dev/hookbox/render/verify"
 )
 
 // Statuses of a run's result.
@@ -63,9 +64,14 @@ type Timings struct {
 	Total    int64 `json:"total"`
 }
 
-// TraceResult is the verdict section. Until the tracer runs it is always
-// unchecked with a reason, never confirmed (CONTRACTS §5).
+// TraceResult is the verdict section (render/verify): confirmed only on
+// complete evidence; otherwise unchecked with reasons, or mismatch with
+// diffs (CONTRACTS §5).
 type TraceResult struct {
-	Status  string   `json:"status"`
-	Reasons []string `json:"reasons,omitempty"`
+	Mode    string         `json:"mode,omitempty"` // the render's trace mode
+	Status  string         `json:"status"`
+	Reasons []string       `json:"reasons,omitempty"`
+	Diffs   []verify.Diff  `json:"diffs,omitempty"`
+	Matched []verify.Match `json:"matched,omitempty"` // which exec satisfied which render rule
+	Events  int            `json:"events,omitempty"`
 }

@@ -35,6 +35,7 @@ import (
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/oci"
 	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/verify"
 	"hookbox.dev/hookbox/runfiles"
 )
 
@@ -70,6 +71,9 @@ type Options struct {
 	Version string
 	// RunID, if set, is used instead of a fresh one (tests).
 	RunID string
+	// RequireTrace turns an unavailable tracer into an error before Start
+	// instead of an unchecked verdict.
+	RequireTrace bool
 }
 
 // Run runs r to its end and returns its result. Errors before the run id
@@ -98,7 +102,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 		opts: opts, r: r, id: id, dir: dir, started: started,
 		ctx: namespaces.WithNamespace(ctx, oci.Namespace),
 		result: &Result{SchemaVersion: ResultSchemaVersion, RunID: id, Spawn: r.Spawn, StartedAt: started.UTC(), RecordDir: dir,
-			Trace: TraceResult{Status: "unchecked", Reasons: []string{ReasonTracerNotRun}}},
+			Trace: TraceResult{Status: verify.StatusUnchecked, Reasons: []string{ReasonTracerNotRun}}},
 	}
 	x.run()
 	return x.result, nil
@@ -126,6 +130,7 @@ type execution struct {
 	activity  chan struct{}
 
 	killedFor string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
+	trace     *tracing
 }
 
 func (x *execution) emit(e Event) {
@@ -182,6 +187,7 @@ func (x *execution) prepare() error {
 	if err := writeJSON(filepath.Join(x.dir, IntentFile), intent, 0o644); err != nil {
 		return fmt.Errorf("write intent: %w", err)
 	}
+	x.startTracer()
 
 	x.progress("image", "base image")
 	img, err := x.ensureImage()
@@ -362,6 +368,9 @@ func (x *execution) create() error {
 	if id, err := x.cg.ID(); err == nil {
 		spawned.CgroupID = id
 	}
+	if err := x.armTracer(pid, spawned.CgroupID); err != nil {
+		return err
+	}
 	// Recorded before anything reads output; failing to record is fatal
 	// (CONTRACTS §1): nothing may run unrecorded.
 	if err := writeJSON(filepath.Join(x.dir, SpawnedFile), spawned, 0o644); err != nil {
@@ -489,6 +498,8 @@ func (x *execution) teardown() {
 		x.stdoutW.Close()
 		x.readerWG.Wait()
 	}
+	x.finishTrace()
+	x.result.Trace.Mode = x.r.Trace.Mode
 	if x.stderrF != nil {
 		x.stderrF.Close()
 	}

@@ -29,6 +29,7 @@ const (
 	exitTimedOut  = 121
 	exitCancelled = 122
 	exitContract  = 123 // exited 0 without its declared artifacts
+	exitMismatch  = 124 // the trace contradicts the render (mode verify or enforce)
 	exitOOM       = 125
 )
 
@@ -42,7 +43,7 @@ func (e exitError) Error() string { return e.msg }
 
 func newRunCommand() *cobra.Command {
 	var spawn, address, stateDir string
-	var jsonOut bool
+	var jsonOut, requireTrace bool
 	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:   "run SPEC",
@@ -67,7 +68,7 @@ is written under the state directory. --json prints one JSON event per line
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop() // a second signal must not kill hookbox mid-teardown
-			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace})
+			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
@@ -75,6 +76,7 @@ is written under the state directory. --json prints one JSON event per line
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store and run records (default /var/lib/hookbox as root)")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
 	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
+	cmd.Flags().BoolVar(&requireTrace, "require-trace", false, "fail before the engine starts when the exec tracer is unavailable")
 	return cmd
 }
 
@@ -82,6 +84,7 @@ type runFlags struct {
 	address, stateDir string
 	json              bool
 	grace             time.Duration
+	requireTrace      bool
 }
 
 func pickSpawn(renders []*render.Render, name, file string) (*render.Render, error) {
@@ -118,7 +121,7 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 		progressLine(stderr, f.json, "gc", fmt.Sprintf("collected %d leftovers of abandoned runs", len(report.Actions)))
 	}
 
-	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version}
+	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace}
 	if f.json {
 		opts.Sink = launcher.NewJSONSink(stdout)
 	} else {
@@ -224,12 +227,19 @@ func printSummary(w io.Writer, res *launcher.Result) {
 	if res.Error != "" {
 		fmt.Fprintf(w, "hookbox: error    %s\n", res.Error)
 	}
-	fmt.Fprintf(w, "hookbox: trace    %s (%s)\n", res.Trace.Status, strings.Join(res.Trace.Reasons, ", "))
+	fmt.Fprintf(w, "hookbox: trace    %s (%s) %d execs\n", res.Trace.Status, strings.Join(res.Trace.Reasons, ", "), res.Trace.Events)
+	for _, d := range res.Trace.Diffs {
+		fmt.Fprintf(w, "hookbox:   diff   %s %s[%d]: want %q got %q (pid %d)\n", d.Rule, d.Field, d.Index, d.Want, d.Got, d.EventPID)
+	}
 	fmt.Fprintf(w, "hookbox: record   %s\n", res.RecordDir)
 }
 
 // exitCodeOf maps a result to hookbox's exit code (README "Exit codes").
 func exitCodeOf(res *launcher.Result) int {
+	if res.Trace.Status == "mismatch" && (res.Trace.Mode == "verify" || res.Trace.Mode == "enforce") &&
+		(res.Status == launcher.StatusCompleted || res.Status == launcher.StatusFailed || res.Status == launcher.StatusCompletedEmpty) {
+		return exitMismatch
+	}
 	switch res.Status {
 	case launcher.StatusCompleted, launcher.StatusFailed:
 		if res.ExitCode != nil {

@@ -1,0 +1,374 @@
+package ebpf
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+)
+
+// Kind says what an Event records.
+type Kind string
+
+const (
+	// KindExec is a successful exec (sched_process_exec).
+	KindExec Kind = "exec"
+	// KindFailed is an execve/execveat that returned an error.
+	KindFailed Kind = "failed"
+)
+
+// Flags are the per-event bits the BPF program sets (enum event_flag in
+// bpf/exec.c).
+type Flags uint16
+
+const (
+	// FlagTruncated: argv was longer than Options.ArgvCap; Argv holds the
+	// first ArgvCap bytes and ArgvLen the full length.
+	FlagTruncated Flags = 1 << 0
+	// FlagKilled: enforce queued SIGKILL before the new image ran.
+	FlagKilled Flags = 1 << 1
+	// FlagKillFailed: enforce wanted to kill and bpf_send_signal failed.
+	FlagKillFailed Flags = 1 << 2
+	// FlagArgvUnreadable: the kernel could not read argv; Argv is empty.
+	FlagArgvUnreadable Flags = 1 << 3
+	// FlagExeUnknown: the executed file's identity could not be read
+	// (Dev and Ino are 0), or the filename could not.
+	FlagExeUnknown Flags = 1 << 4
+	// FlagFilenameTruncated: the filename was longer than PATH_MAX-1.
+	FlagFilenameTruncated Flags = 1 << 5
+	// FlagFilenameMissing: a failed exec without its filename: the call
+	// was not recorded at syscall entry (the watch was armed mid-call, or
+	// the entry map was full), or the string could not be read at exit.
+	FlagFilenameMissing Flags = 1 << 6
+	// FlagEnforced: the watch was enforcing when this exec happened.
+	FlagEnforced Flags = 1 << 7
+)
+
+var flagNames = []struct {
+	f    Flags
+	name string
+}{
+	{FlagTruncated, "truncated"},
+	{FlagKilled, "killed"},
+	{FlagKillFailed, "kill-failed"},
+	{FlagArgvUnreadable, "argv-unreadable"},
+	{FlagExeUnknown, "exe-unknown"},
+	{FlagFilenameTruncated, "filename-truncated"},
+	{FlagFilenameMissing, "filename-missing"},
+	{FlagEnforced, "enforced"},
+}
+
+// Names lists the set flags by name, in bit order; unknown bits appear as
+// "0x..".
+func (f Flags) Names() []string {
+	var out []string
+	rest := f
+	for _, n := range flagNames {
+		if f&n.f != 0 {
+			out = append(out, n.name)
+			rest &^= n.f
+		}
+	}
+	if rest != 0 {
+		out = append(out, "0x"+strconv.FormatUint(uint64(rest), 16))
+	}
+	return out
+}
+
+func (f Flags) String() string { return strings.Join(f.Names(), ",") }
+
+func parseFlags(names []string) (Flags, error) {
+	var f Flags
+next:
+	for _, s := range names {
+		for _, n := range flagNames {
+			if s == n.name {
+				f |= n.f
+				continue next
+			}
+		}
+		if h, ok := strings.CutPrefix(s, "0x"); ok {
+			if v, err := strconv.ParseUint(h, 16, 16); err == nil {
+				f |= Flags(v)
+				continue
+			}
+		}
+		return 0, fmt.Errorf("unknown event flag %q", s)
+	}
+	return f, nil
+}
+
+// Event is one exec (or failed exec) the kernel recorded for a watch.
+type Event struct {
+	Kind     Kind
+	TGID     uint32 // process id after the exec
+	TID      uint32 // thread that called exec (equal to TGID for KindExec)
+	PPID     uint32 // real parent's tgid
+	UID      uint32 // real uid, in the initial user namespace
+	CgroupID uint64
+	Time     uint64 // CLOCK_BOOTTIME nanoseconds (BootTime converts)
+	Comm     string // task comm after the exec (at most 15 bytes)
+	// Filename is what the kernel executed (KindExec: bprm->filename; a
+	// #! script's path, not its interpreter's) or was asked to execute
+	// (KindFailed: the syscall's filename argument). Raw bytes.
+	Filename string
+	// Argv is the argument vector as the kernel holds it, split on NUL:
+	// empty arguments are preserved. When Truncated, it holds the first
+	// ArgvCap bytes and its last element may be cut.
+	Argv      [][]byte
+	ArgvLen   uint32 // full argv length in bytes, NULs included
+	Truncated bool
+	// Dev and Ino identify the executed file (mm->exe_file); Dev in the
+	// stat(2) st_dev encoding. Zero for KindFailed and FlagExeUnknown.
+	Dev    uint64
+	Ino    uint64
+	Errno  syscall.Errno // KindFailed only
+	Killed bool          // enforce killed this exec before it ran
+	Flags  Flags         // every bit the kernel set, Truncated and Killed included
+}
+
+// File is the executed file's identity.
+func (e Event) File() FileID { return FileID{Dev: e.Dev, Ino: e.Ino} }
+
+// ArgvStrings returns Argv as strings (raw bytes, no validation).
+func (e Event) ArgvStrings() []string {
+	out := make([]string, len(e.Argv))
+	for i, a := range e.Argv {
+		out[i] = string(a)
+	}
+	return out
+}
+
+// Wire layout of struct event in bpf/exec.c (little-endian). The Go test
+// TestEventLayout checks these offsets against the bpf2go-generated type.
+const (
+	offCookie       = 0
+	offCgroupID     = 8
+	offKtime        = 16
+	offIno          = 24
+	offDev          = 32
+	offTGID         = 36
+	offTID          = 40
+	offPPID         = 44
+	offUID          = 48
+	offErr          = 52
+	offArgvLen      = 56
+	offArgvSize     = 60
+	offFilenameSize = 64
+	offKind         = 68
+	offFlags        = 70
+	offComm         = 72
+	commLen         = 16
+	offFilename     = offComm + commLen
+	filenameCap     = 4096
+	eventHeaderSize = offFilename + filenameCap // sizeof(struct event); argv follows
+
+	wireKindExec   = 1
+	wireKindFailed = 2
+)
+
+var errShortRecord = errors.New("ring buffer record shorter than an event header")
+
+// recordCookie returns the watch cookie of a raw record, if it has one.
+func recordCookie(raw []byte) (uint64, bool) {
+	if len(raw) < offCookie+8 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(raw[offCookie:]), true
+}
+
+// decodeEvent parses one ring buffer record. It copies what it keeps: raw
+// may be reused by the caller.
+func decodeEvent(raw []byte) (Event, error) {
+	if len(raw) < eventHeaderSize {
+		return Event{}, fmt.Errorf("%w: %d bytes, want at least %d", errShortRecord, len(raw), eventHeaderSize)
+	}
+	le := binary.LittleEndian
+	var e Event
+	switch k := le.Uint16(raw[offKind:]); k {
+	case wireKindExec:
+		e.Kind = KindExec
+	case wireKindFailed:
+		e.Kind = KindFailed
+	default:
+		return Event{}, fmt.Errorf("unknown event kind %d", k)
+	}
+	e.CgroupID = le.Uint64(raw[offCgroupID:])
+	e.Time = le.Uint64(raw[offKtime:])
+	e.Ino = le.Uint64(raw[offIno:])
+	e.TGID = le.Uint32(raw[offTGID:])
+	e.TID = le.Uint32(raw[offTID:])
+	e.PPID = le.Uint32(raw[offPPID:])
+	e.UID = le.Uint32(raw[offUID:])
+	if e.Kind == KindFailed {
+		e.Errno = syscall.Errno(int32(le.Uint32(raw[offErr:])))
+	}
+	e.Flags = Flags(le.Uint16(raw[offFlags:]))
+	e.Truncated = e.Flags&FlagTruncated != 0
+	e.Killed = e.Flags&FlagKilled != 0
+	if e.Kind == KindExec && e.Flags&FlagExeUnknown == 0 {
+		e.Dev = devFromKernel(le.Uint32(raw[offDev:]))
+	}
+
+	comm := raw[offComm : offComm+commLen]
+	if i := bytes.IndexByte(comm, 0); i >= 0 {
+		comm = comm[:i]
+	}
+	e.Comm = string(comm)
+
+	fsize := le.Uint32(raw[offFilenameSize:])
+	if fsize >= filenameCap {
+		return Event{}, fmt.Errorf("filename size %d exceeds %d", fsize, filenameCap-1)
+	}
+	e.Filename = string(raw[offFilename : offFilename+int(fsize)])
+
+	e.ArgvLen = le.Uint32(raw[offArgvLen:])
+	asize := le.Uint32(raw[offArgvSize:])
+	if int(asize) > len(raw)-eventHeaderSize {
+		return Event{}, fmt.Errorf("argv size %d exceeds the record's %d bytes", asize, len(raw)-eventHeaderSize)
+	}
+	if asize > e.ArgvLen {
+		return Event{}, fmt.Errorf("argv size %d exceeds argv length %d", asize, e.ArgvLen)
+	}
+	e.Argv = SplitArgv(raw[eventHeaderSize : eventHeaderSize+int(asize)])
+	return e, nil
+}
+
+// SplitArgv splits a NUL-terminated argument block (as in
+// /proc/<pid>/cmdline) into its arguments, preserving empty ones:
+// "a\x00\x00b\x00" is ["a", "", "b"]. A block that does not end in NUL (a
+// truncated one) keeps its cut last element. The result does not alias b.
+func SplitArgv(b []byte) [][]byte {
+	if len(b) == 0 {
+		return nil
+	}
+	b = bytes.Clone(b)
+	b = bytes.TrimSuffix(b, []byte{0})
+	return bytes.Split(b, []byte{0})
+}
+
+// Bytes is a byte string that marshals to JSON as a string when it is
+// valid UTF-8 and as {"b64": "<standard base64>"} otherwise, so arbitrary
+// bytes (argv elements, filenames) round-trip exactly.
+type Bytes []byte
+
+// MarshalJSON implements json.Marshaler.
+func (b Bytes) MarshalJSON() ([]byte, error) {
+	if utf8.Valid(b) {
+		return json.Marshal(string(b))
+	}
+	return json.Marshal(struct {
+		B64 string `json:"b64"`
+	}{base64.StdEncoding.EncodeToString(b)})
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (b *Bytes) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err == nil {
+		*b = Bytes(s)
+		return nil
+	}
+	var o struct {
+		B64 *string `json:"b64"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil || o.B64 == nil {
+		return fmt.Errorf("bytes: want a string or {\"b64\": ...}, got %s", data)
+	}
+	v, err := base64.StdEncoding.DecodeString(*o.B64)
+	if err != nil {
+		return fmt.Errorf("bytes: %w", err)
+	}
+	*b = v
+	return nil
+}
+
+// eventJSON is the trace.jsonl form of an Event. Byte strings (comm,
+// filename, each argv element) are JSON strings when valid UTF-8, else
+// {"b64": ...} (see Bytes). dev is "major:minor".
+type eventJSON struct {
+	Kind      Kind     `json:"kind"`
+	Time      uint64   `json:"time_ns"`
+	CgroupID  uint64   `json:"cgroup_id"`
+	TGID      uint32   `json:"tgid"`
+	TID       uint32   `json:"tid"`
+	PPID      uint32   `json:"ppid"`
+	UID       uint32   `json:"uid"`
+	Comm      Bytes    `json:"comm"`
+	Filename  Bytes    `json:"filename"`
+	Argv      []Bytes  `json:"argv"`
+	ArgvLen   uint32   `json:"argv_len"`
+	Truncated bool     `json:"truncated"`
+	Dev       string   `json:"dev"`
+	Ino       uint64   `json:"ino"`
+	Errno     int32    `json:"errno,omitempty"`
+	Killed    bool     `json:"killed"`
+	Flags     []string `json:"flags,omitempty"`
+}
+
+// MarshalJSON writes the trace.jsonl form:
+//
+//	{"kind":"exec","time_ns":…,"cgroup_id":…,"tgid":…,"tid":…,"ppid":…,
+//	 "uid":0,"comm":"true","filename":"/bin/true",
+//	 "argv":["/bin/true","a","",{"b64":"/w=="}],"argv_len":18,
+//	 "truncated":false,"dev":"254:0","ino":1234,"killed":false}
+//
+// argv is always an array (empty, never null); errno appears for failed
+// execs; flags lists every flag bit by name when any is set.
+func (e Event) MarshalJSON() ([]byte, error) {
+	j := eventJSON{
+		Kind: e.Kind, Time: e.Time, CgroupID: e.CgroupID,
+		TGID: e.TGID, TID: e.TID, PPID: e.PPID, UID: e.UID,
+		Comm: Bytes(e.Comm), Filename: Bytes(e.Filename),
+		Argv:    make([]Bytes, len(e.Argv)),
+		ArgvLen: e.ArgvLen, Truncated: e.Truncated,
+		Dev: FileID{Dev: e.Dev}.DevString(), Ino: e.Ino,
+		Errno: int32(e.Errno), Killed: e.Killed, Flags: e.Flags.Names(),
+	}
+	for i, a := range e.Argv {
+		j.Argv[i] = Bytes(a)
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads the form MarshalJSON writes.
+func (e *Event) UnmarshalJSON(data []byte) error {
+	var j eventJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	if j.Kind != KindExec && j.Kind != KindFailed {
+		return fmt.Errorf("event: unknown kind %q", j.Kind)
+	}
+	dev, err := parseDev(j.Dev)
+	if err != nil {
+		return fmt.Errorf("event: %w", err)
+	}
+	flags, err := parseFlags(j.Flags)
+	if err != nil {
+		return fmt.Errorf("event: %w", err)
+	}
+	*e = Event{
+		Kind: j.Kind, Time: j.Time, CgroupID: j.CgroupID,
+		TGID: j.TGID, TID: j.TID, PPID: j.PPID, UID: j.UID,
+		Comm: string(j.Comm), Filename: string(j.Filename),
+		ArgvLen: j.ArgvLen, Truncated: j.Truncated,
+		Dev: dev, Ino: j.Ino, Errno: syscall.Errno(j.Errno),
+		Killed: j.Killed, Flags: flags,
+	}
+	if len(j.Argv) > 0 {
+		e.Argv = make([][]byte, len(j.Argv))
+		for i, a := range j.Argv {
+			e.Argv[i] = []byte(a)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,194 @@
+package launcher
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"hookbox.dev/hookbox/ebpf"
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/verify"
+)
+
+// TraceFile is the run record's exec trace: one event per line, then a
+// final stats line.
+const TraceFile = "trace.jsonl"
+
+// One loaded tracer serves every run of this hookbox process.
+var (
+	tracerOnce   sync.Once
+	sharedTracer *ebpf.Tracer
+	tracerErr    error
+)
+
+func loadTracer() (*ebpf.Tracer, error) {
+	tracerOnce.Do(func() {
+		if err := ebpf.EnsureTracefs(); err != nil {
+			tracerErr = err
+			return
+		}
+		sharedTracer, tracerErr = ebpf.Load(ebpf.Options{})
+	})
+	return sharedTracer, tracerErr
+}
+
+// tracing is the exec trace of one run.
+type tracing struct {
+	ready   chan struct{} // closed when the tracer is loaded (or failed to)
+	tracer  *ebpf.Tracer
+	loadErr error
+
+	watch    *ebpf.Watch
+	ids      verify.FileIdentities
+	mu       sync.Mutex
+	events   []verify.Event
+	consumed sync.WaitGroup
+	file     *os.File
+}
+
+// startTracer loads the tracer in the background, so its cost overlaps
+// with preparing and creating the container (FIELD-NOTES: 26–32 ms).
+func (x *execution) startTracer() {
+	if x.r.Trace.Mode == render.TraceOff {
+		return
+	}
+	x.trace = &tracing{ready: make(chan struct{})}
+	go func() {
+		defer close(x.trace.ready)
+		x.trace.tracer, x.trace.loadErr = loadTracer()
+	}()
+}
+
+// armTracer watches the run's cgroup between task create and start: no
+// exec happens in that cgroup before Start (FIELD-NOTES), so the first
+// event is the engine. It computes the identity of every program as the
+// container sees it. An error is returned only with RequireTrace.
+func (x *execution) armTracer(initPID int, cgroupID uint64) error {
+	if x.trace == nil {
+		return nil
+	}
+	<-x.trace.ready
+	t := x.trace
+	if t.loadErr == nil && cgroupID == 0 {
+		t.loadErr = errors.New("the run has no cgroup2 id")
+	}
+	if t.loadErr != nil {
+		if x.opts.RequireTrace {
+			return fmt.Errorf("tracer unavailable (--require-trace): %w", t.loadErr)
+		}
+		return nil
+	}
+	root := "/proc/" + strconv.Itoa(initPID) + "/root"
+	t.ids = verify.FileIdentities{}
+	var allowed []ebpf.FileID
+	for _, p := range x.r.Programs {
+		id, err := ebpf.FileIdentityIn(root, p.Path)
+		if err != nil {
+			return fmt.Errorf("identity of %s in the container: %w", p.Path, err)
+		}
+		t.ids[p.Path] = verify.FileID{Dev: id.Dev, Ino: id.Ino}
+		allowed = append(allowed, id)
+	}
+	f, err := os.OpenFile(filepath.Join(x.dir, TraceFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	t.file = f
+	w, err := t.tracer.Watch(cgroupID, ebpf.Policy{Enforce: x.r.Trace.Mode == render.TraceEnforce, Allowed: allowed})
+	if err != nil {
+		t.loadErr = err
+		f.Close()
+		if x.opts.RequireTrace {
+			return fmt.Errorf("tracer cannot watch the run (--require-trace): %w", err)
+		}
+		return nil
+	}
+	t.watch = w
+	t.consumed.Add(1)
+	go x.consumeTrace()
+	return nil
+}
+
+// consumeTrace records every exec event, live.
+func (x *execution) consumeTrace() {
+	t := x.trace
+	defer t.consumed.Done()
+	for ev := range t.watch.Events() {
+		line, err := json.Marshal(ev)
+		if err == nil {
+			t.file.Write(append(line, '\n'))
+			x.emit(Event{Type: EventExec, Exec: line})
+		}
+		t.mu.Lock()
+		t.events = append(t.events, verifyEvent(ev))
+		t.mu.Unlock()
+	}
+}
+
+// verifyEvent is the judge's view of a tracer event.
+func verifyEvent(ev ebpf.Event) verify.Event {
+	out := verify.Event{
+		Kind: string(ev.Kind), PID: int(ev.TGID), PPID: int(ev.PPID), Time: int64(ev.Time),
+		Filename: ev.Filename, Argv: ev.ArgvStrings(), Truncated: ev.Truncated,
+		Dev: ev.Dev, Ino: ev.Ino, Errno: int(ev.Errno), Killed: ev.Killed,
+	}
+	if ev.Flags&ebpf.FlagArgvUnreadable != 0 {
+		out.Argv, out.Truncated = nil, true // nothing visible: not evidence of an argv
+	}
+	return out
+}
+
+// finishTrace disarms the watch once the run's processes are gone, drains
+// the ring and judges the trace against the render.
+func (x *execution) finishTrace() {
+	if x.r.Trace.Mode == render.TraceOff {
+		x.result.Trace = verifyResult(verify.Verify(x.r, render.TraceOff, nil, verify.Stats{}, nil))
+		return
+	}
+	t := x.trace
+	if t == nil {
+		return
+	}
+	if t.watch == nil {
+		<-t.ready
+		reason := "not armed"
+		if t.loadErr != nil {
+			reason = t.loadErr.Error()
+		}
+		x.result.Trace = verifyResult(verify.Verify(x.r, "", nil, verify.Stats{Attached: false, Reason: shortReason(reason)}, nil))
+		return
+	}
+	stats, err := t.watch.Stop()
+	t.consumed.Wait()
+	lost := stats.Lost + stats.Missed + stats.Unaccounted + stats.DecodeErrors + stats.ReadErrors + stats.PendingDropped + stats.KillFailed
+	if err != nil {
+		lost++ // a stop that failed cannot vouch for completeness
+	}
+	statsLine, _ := json.Marshal(map[string]any{"kind": "stats", "stats": stats, "incomplete": stats.Incomplete()})
+	t.file.Write(append(statsLine, '\n'))
+	t.file.Close()
+	t.mu.Lock()
+	events := t.events
+	t.mu.Unlock()
+	v := verify.Verify(x.r, "", events, verify.Stats{Attached: true, AttachedBeforeStart: true, Lost: lost, Truncated: stats.Truncated}, t.ids)
+	x.result.Trace = verifyResult(v)
+	x.result.Trace.Events = len(events)
+}
+
+// shortReason keeps a reason id readable: the first line of the error.
+func shortReason(s string) string {
+	for i, c := range s {
+		if c == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+func verifyResult(v verify.Verdict) TraceResult {
+	return TraceResult{Status: v.Status, Reasons: v.Reasons, Diffs: v.Diffs, Matched: v.Matched}
+}
