@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"hookbox.dev/hookbox/ebpf"
@@ -92,6 +93,9 @@ func (x *execution) armTracer(initPID int, cgroupID uint64) error {
 		}
 		t.ids[p.Path] = verify.FileID{Dev: id.Dev, Ino: id.Ino}
 		allowed = append(allowed, id)
+	}
+	if err := writeJSON(filepath.Join(x.dir, IdentitiesFile), t.ids, 0o644); err != nil {
+		return err
 	}
 	f, err := os.OpenFile(filepath.Join(x.dir, TraceFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -191,4 +195,88 @@ func shortReason(s string) string {
 
 func verifyResult(v verify.Verdict) TraceResult {
 	return TraceResult{Status: v.Status, Reasons: v.Reasons, Diffs: v.Diffs, Matched: v.Matched}
+}
+
+// IdentitiesFile records, per program container path, the identity the
+// mounted file had when the tracer was armed, so a verdict can be
+// recomputed offline.
+const IdentitiesFile = "identities.json"
+
+// Reverify recomputes a run's verdict from its record (render.json,
+// trace.jsonl, identities.json, result.json) without touching the host.
+func Reverify(recordDir string) (verify.Verdict, error) {
+	var r render.Render
+	if err := readJSON(filepath.Join(recordDir, RenderFile), &r); err != nil {
+		return verify.Verdict{}, err
+	}
+	var res Result
+	if err := readJSON(filepath.Join(recordDir, ResultFile), &res); err != nil {
+		return verify.Verdict{}, err
+	}
+	if r.Trace.Mode == render.TraceOff {
+		return verify.Verify(&r, render.TraceOff, nil, verify.Stats{}, nil), nil
+	}
+	data, err := os.ReadFile(filepath.Join(recordDir, TraceFile))
+	if errors.Is(err, os.ErrNotExist) {
+		// Never armed: the recorded reasons say why.
+		reason := "not armed"
+		for _, rs := range res.Trace.Reasons {
+			if strings.HasPrefix(rs, "tracer-unavailable:") {
+				reason = strings.TrimPrefix(rs, "tracer-unavailable:")
+			}
+		}
+		return verify.Verify(&r, "", nil, verify.Stats{Reason: reason}, nil), nil
+	}
+	if err != nil {
+		return verify.Verdict{}, err
+	}
+	var ids verify.FileIdentities
+	if err := readJSON(filepath.Join(recordDir, IdentitiesFile), &ids); err != nil {
+		return verify.Verdict{}, err
+	}
+	var events []verify.Event
+	stats := verify.Stats{Attached: true, AttachedBeforeStart: true}
+	sawStats := false
+	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if line == "" {
+			continue
+		}
+		var kind struct {
+			Kind  string      `json:"kind"`
+			Stats ebpf.Stats  `json:"stats"`
+			Extra json.Number `json:"lost_extra"`
+		}
+		if err := json.Unmarshal([]byte(line), &kind); err != nil {
+			return verify.Verdict{}, fmt.Errorf("%s line %d: %w", TraceFile, i+1, err)
+		}
+		if kind.Kind == "stats" {
+			s := kind.Stats
+			stats.Lost = s.Lost + s.Missed + s.Unaccounted + s.DecodeErrors + s.ReadErrors + s.PendingDropped + s.KillFailed
+			stats.Truncated = s.Truncated
+			sawStats = true
+			continue
+		}
+		var ev ebpf.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			return verify.Verdict{}, fmt.Errorf("%s line %d: %w", TraceFile, i+1, err)
+		}
+		events = append(events, verifyEvent(ev))
+	}
+	if !sawStats {
+		// The run did not finish its trace (killed hookbox): what is there
+		// cannot vouch for completeness.
+		stats.Lost++
+	}
+	return verify.Verify(&r, "", events, stats, ids), nil
+}
+
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
