@@ -32,7 +32,15 @@ func loadTracer() (*ebpf.Tracer, error) {
 			tracerErr = err
 			return
 		}
-		sharedTracer, tracerErr = ebpf.Load(ebpf.Options{})
+		// HOOKBOX_TRACE_RING_SIZE shrinks the ring buffer, for tests of
+		// overflow accounting.
+		var opts ebpf.Options
+		if v := os.Getenv("HOOKBOX_TRACE_RING_SIZE"); v != "" {
+			if n, err := strconv.Atoi(v); err == nil {
+				opts.RingSize = n
+			}
+		}
+		sharedTracer, tracerErr = ebpf.Load(opts)
 	})
 	return sharedTracer, tracerErr
 }
@@ -85,6 +93,9 @@ func (x *execution) armTracer(initPID int, cgroupID uint64) error {
 	}
 	root := "/proc/" + strconv.Itoa(initPID) + "/root"
 	t.ids = verify.FileIdentities{}
+	// Enforce lets run only what the render plans to exec: the engine, the
+	// hook programs and shells, and trace.allow. Other tools are runfiles
+	// (hooks may need them as libraries or data) but may not be exec'd.
 	var allowed []ebpf.FileID
 	for _, p := range x.r.Programs {
 		id, err := ebpf.FileIdentityIn(root, p.Path)
@@ -92,7 +103,9 @@ func (x *execution) armTracer(initPID int, cgroupID uint64) error {
 			return fmt.Errorf("identity of %s in the container: %w", p.Path, err)
 		}
 		t.ids[p.Path] = verify.FileID{Dev: id.Dev, Ino: id.Ino}
-		allowed = append(allowed, id)
+		if mayExec(x.r, p) {
+			allowed = append(allowed, id)
+		}
 	}
 	if err := writeJSON(filepath.Join(x.dir, IdentitiesFile), t.ids, 0o644); err != nil {
 		return err
@@ -115,6 +128,21 @@ func (x *execution) armTracer(initPID int, cgroupID uint64) error {
 	t.consumed.Add(1)
 	go x.consumeTrace()
 	return nil
+}
+
+// mayExec: the render plans an exec of p.
+func mayExec(r *render.Render, p render.Program) bool {
+	for _, role := range p.Roles {
+		if role == render.RoleEngine || role == render.RoleHook || role == render.RoleShell {
+			return true
+		}
+	}
+	for _, a := range r.Trace.Allow {
+		if a == p.Path {
+			return true
+		}
+	}
+	return false
 }
 
 // consumeTrace records every exec event, live.

@@ -1,0 +1,221 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"hookbox.dev/hookbox/launcher"
+)
+
+// The tracer runs inside hookbox run: these tests judge whole runs.
+
+func hasReason(res *launcher.Result, reason string) bool {
+	for _, r := range res.Trace.Reasons {
+		if r == reason {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTraceTwoHooksConfirmed(t *testing.T) {
+	e := newEnv(t)
+	spec := e.spec("twohooks", `
+		- hook: first
+		- hook: second
+		- exit: 0`,
+		"  hooks:",
+		"    - {name: first, event: SessionStart, argv: [/usr/bin/printf, '%s|', one, '', 'two words'], required: true}",
+		"    - {name: second, event: Stop, argv: [/usr/bin/true, '{run_id}'], required: true}")
+	r := e.run(spec)
+	res := r.mustResult(t)
+	if res.Trace.Status != "confirmed" || r.code != 0 {
+		t.Fatalf("trace %+v exit %d\n%s", res.Trace, r.code, r.stderr)
+	}
+	seen := map[string]int{}
+	for _, m := range res.Trace.Matched {
+		seen[m.Rule] += m.Count
+	}
+	if seen["engine"] != 1 || seen["hook:first"] != 1 || seen["hook:second"] != 1 {
+		t.Errorf("each exec must map to its rule: %+v", res.Trace.Matched)
+	}
+	// The live --json stream carried the execs too.
+	execs := 0
+	for _, ev := range r.events {
+		if ev.Type == launcher.EventExec {
+			execs++
+		}
+	}
+	if execs != 3 {
+		t.Errorf("%d exec events streamed, want 3", execs)
+	}
+	// And hookbox verify recomputes the same verdict offline.
+	out, err := e.command(t.Context(), "verify", res.RecordDir).CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "confirmed") {
+		t.Errorf("hookbox verify: %v\n%s", err, out)
+	}
+}
+
+func TestTraceHookArgvTamper(t *testing.T) {
+	e := newEnv(t)
+	// The engine runs the hook program itself with one extra argument.
+	spec := e.spec("tamper", `
+		- hook: check
+		- exec: [/usr/bin/printf, '%s', checked, extra]
+		- exit: 0`,
+		"  hooks: [{name: check, event: SessionStart, argv: [/usr/bin/printf, '%s', checked]}]",
+		"  tools: [/usr/bin/printf]",
+		"  trace: {allow: []}")
+	r := e.run(spec)
+	res := r.mustResult(t)
+	if res.Trace.Status != "mismatch" || !hasReason(res, "hook-argv-differs") || r.code != 124 {
+		t.Fatalf("trace %+v exit %d, want mismatch/hook-argv-differs and exit 124", res.Trace, r.code)
+	}
+	found := false
+	for _, d := range res.Trace.Diffs {
+		if d.Index == 3 && d.Got == "extra" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the diff must name argv[3] = extra: %+v", res.Trace.Diffs)
+	}
+}
+
+func TestTraceUnexpectedExecThroughShell(t *testing.T) {
+	e := newEnv(t)
+	script := "- exec: [/bin/sh, -c, 'git --version']\n- exit: 0"
+	tools := "  tools: [/bin/sh, /usr/bin/git]"
+	bad := e.run(e.spec("shell-git", script, tools, "  trace: {allow: [/bin/sh]}")).mustResult(t)
+	if bad.Trace.Status != "mismatch" || !hasReason(bad, "unexpected-exec") {
+		t.Fatalf("git outside trace.allow: %+v", bad.Trace)
+	}
+	good := e.run(e.spec("shell-git-allowed", script, tools, "  trace: {allow: [/bin/sh, /usr/bin/git]}")).mustResult(t)
+	if good.Trace.Status != "confirmed" {
+		t.Fatalf("git in trace.allow: %+v", good.Trace)
+	}
+}
+
+func TestTraceRingOverflowIsUnchecked(t *testing.T) {
+	e := newEnv(t)
+	e.extraEnv = []string{"HOOKBOX_TRACE_RING_SIZE=16384"} // room for one event
+	spec := e.spec("overflow", "- fork: {count: 40, sleep: 10ms}\n- sleep: 500ms\n- exit: 0", "  limits: {pids: 256}")
+	res := e.run(spec).mustResult(t)
+	if res.Trace.Status == "confirmed" || !hasReason(res, "events-lost") {
+		t.Fatalf("a ring too small for the burst must give unchecked/events-lost: %+v", res.Trace)
+	}
+	// The stats line counts the loss.
+	data, err := os.ReadFile(filepath.Join(res.RecordDir, launcher.TraceFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var last struct {
+		Kind  string `json:"kind"`
+		Stats struct{ Lost, Matched, Delivered uint64 }
+	}
+	json.Unmarshal([]byte(lines[len(lines)-1]), &last)
+	if last.Kind != "stats" || last.Stats.Lost == 0 || last.Stats.Delivered+last.Stats.Lost != last.Stats.Matched {
+		t.Errorf("stats line %+v: received + lost must equal matched, lost > 0", last)
+	}
+}
+
+func TestTraceTruncatedArgvIsUnchecked(t *testing.T) {
+	e := newEnv(t)
+	long := strings.Repeat("p", 6000) // beyond the 4 KiB argv cap
+	spec := e.spec("long", "- exit: 0", "  prompt: "+long)
+	res := e.run(spec).mustResult(t)
+	if res.Trace.Status != "unchecked" || !hasReason(res, "argv-truncated") {
+		t.Fatalf("an engine argv beyond the cap: %+v", res.Trace)
+	}
+}
+
+func TestTraceEnforceKills(t *testing.T) {
+	e := newEnv(t)
+	marker := "/run/hookbox/out/should-not-exist"
+	spec := e.spec("enforce", "- exec: [/usr/bin/touch, "+marker+"]\n- print: after\n- exit: 0",
+		"  tools: [/usr/bin/touch]", "  trace: {mode: enforce, allow: []}")
+	r := e.run(spec)
+	res := r.mustResult(t)
+	if res.Trace.Status != "mismatch" || !hasReason(res, "killed-exec") {
+		t.Fatalf("enforce: %+v", res.Trace)
+	}
+	if _, err := os.Stat(filepath.Join(res.RecordDir, launcher.ArtifactDir, "out", "should-not-exist")); err == nil {
+		t.Fatal("the killed program ran: its marker file exists")
+	}
+	if !strings.Contains(r.output(), "after") {
+		t.Errorf("the engine itself must go on after the kill:\n%s", r.output())
+	}
+}
+
+func TestTraceOffIsUnchecked(t *testing.T) {
+	e := newEnv(t)
+	res := e.run(e.spec("off", "- exit: 0", "  trace: {mode: off}")).mustResult(t)
+	if res.Trace.Status != "unchecked" || !hasReason(res, "tracer-off") {
+		t.Fatalf("trace off: %+v", res.Trace)
+	}
+	if _, err := os.Stat(filepath.Join(res.RecordDir, launcher.TraceFile)); err == nil {
+		t.Error("trace off must not write a trace")
+	}
+}
+
+func TestTraceConcurrentRunsKeepTheirEvents(t *testing.T) {
+	e := newEnv(t)
+	const n = 20
+	results := make([]*launcher.Result, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		spec := e.spec(fmt.Sprintf("conc-%d", i), "- hook: h\n- sleep: 200ms\n- exit: 0",
+			fmt.Sprintf("  prompt: run-%d", i),
+			fmt.Sprintf("  hooks: [{name: h, event: SessionStart, argv: [/usr/bin/printf, 'hook-%d']}]", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = e.run(spec).result
+		}()
+	}
+	wg.Wait()
+	for i, res := range results {
+		if res == nil || res.Trace.Status != "confirmed" {
+			t.Errorf("run %d: %+v", i, res)
+			continue
+		}
+		var spawned launcher.Spawned
+		data, _ := os.ReadFile(filepath.Join(res.RecordDir, launcher.SpawnedFile))
+		json.Unmarshal(data, &spawned)
+		f, err := os.Open(filepath.Join(res.RecordDir, launcher.TraceFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var ev struct {
+				Kind     string   `json:"kind"`
+				CgroupID uint64   `json:"cgroup_id"`
+				Argv     []string `json:"argv"`
+			}
+			json.Unmarshal(sc.Bytes(), &ev)
+			if ev.Kind == "stats" {
+				continue
+			}
+			if ev.CgroupID != spawned.CgroupID {
+				t.Errorf("run %d: event of cgroup %d in a run of cgroup %d", i, ev.CgroupID, spawned.CgroupID)
+			}
+			for _, arg := range ev.Argv {
+				for j := 0; j < n; j++ {
+					if j != i && (arg == fmt.Sprintf("run-%d", j) || arg == fmt.Sprintf("hook-%d", j)) {
+						t.Errorf("run %d recorded an exec of run %d: %q", i, j, ev.Argv)
+					}
+				}
+			}
+		}
+		f.Close()
+	}
+}
