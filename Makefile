@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 
-.PHONY: all build test integration lint fmt schema fuzz bench demo setup clean
+.PHONY: all build real-engines test integration lint fmt schema fuzz bench demo setup clean
 
 all: build
 
@@ -21,6 +21,11 @@ setup:
 ## demo: set up, build and run examples/hello.yaml in a container
 demo: setup build
 	HOOKBOX_PROGRESS=1 ./bin/hookbox run examples/hello.yaml
+
+## real-engines: install the real engine CLIs the integration tests run (npm)
+real-engines:
+	@test -x /opt/engines/node_modules/@anthropic-ai/claude-code-linux-x64/claude || \
+	  { mkdir -p /opt/engines && cd /opt/engines && npm install --no-audit --no-fund --silent @anthropic-ai/claude-code@2.1.197; }
 
 ## integration: only the root/containerd/runc tests, required to run
 integration:

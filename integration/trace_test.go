@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher"
 )
 
@@ -217,5 +218,48 @@ func TestTraceConcurrentRunsKeepTheirEvents(t *testing.T) {
 			}
 		}
 		f.Close()
+	}
+}
+
+// claudeEngine is the real Claude Code engine installed by make real-engines.
+const claudeEngine = "/opt/engines/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
+
+var claudeInstalled = testenv.Requirement{Name: "claude-code", Check: func() string {
+	if _, err := os.Stat(claudeEngine); err != nil {
+		return "Claude Code 2.1.197 not installed (make real-engines)"
+	}
+	return ""
+}}
+
+// TestRealClaudeOffline runs the real Claude Code engine without network or
+// credentials: it exits 1, its four exec-form hooks run with exactly the
+// rendered argv, and the verdict is confirmed.
+func TestRealClaudeOffline(t *testing.T) {
+	testenv.RequireIntegration(t, claudeInstalled)
+	e := newEnv(t)
+	r := e.run("../examples/claude-offline.yaml")
+	res := r.mustResult(t)
+	if res.ExitCode == nil || *res.ExitCode != 1 || res.Status != launcher.StatusFailed {
+		t.Fatalf("Claude Code offline should exit 1 (not logged in): %+v\n%s", res, r.stderr)
+	}
+	if !strings.Contains(r.output(), "Not logged in") {
+		t.Errorf("expected the not-logged-in result in the stream")
+	}
+	for _, a := range res.Artifacts {
+		if a.Status != "found" {
+			t.Errorf("hook marker %s: %s", a.Declared, a.Status)
+		}
+	}
+	if res.Trace.Status != "confirmed" {
+		t.Fatalf("verdict %+v", res.Trace)
+	}
+	hooks := map[string]bool{}
+	for _, m := range res.Trace.Matched {
+		hooks[m.Rule] = true
+	}
+	for _, h := range []string{"engine", "hook:session-start", "hook:prompt-submit", "hook:stop-failure", "hook:session-end"} {
+		if !hooks[h] {
+			t.Errorf("rule %s not matched: %+v", h, res.Trace.Matched)
+		}
 	}
 }
