@@ -79,6 +79,12 @@ func ReadFile(path string) ([]*Parsed, error) {
 // dir is the absolute directory relative paths resolve against; readFile
 // loads promptFile contents (a seam for tests).
 func Parse(data []byte, file, dir string, readFile func(string) ([]byte, error)) ([]*Parsed, error) {
+	return ParseWithOptions(data, file, dir, readFile, ParseOptions{})
+}
+
+// ParseWithOptions is Parse with options: template slot values (see
+// params.go) are substituted before the spec is decoded.
+func ParseWithOptions(data []byte, file, dir string, readFile func(string) ([]byte, error), opts ParseOptions) ([]*Parsed, error) {
 	diags := &diagnostics{file: file}
 	dec := &decoder{diags: diags, pos: map[string]Pos{}}
 
@@ -108,6 +114,9 @@ func Parse(data []byte, file, dir string, readFile func(string) ([]byte, error))
 	}
 	if root.Kind != yaml.MappingNode {
 		dec.typeErr(root, "", "a mapping with apiVersion, kind, metadata and spec")
+		return nil, diags.err()
+	}
+	if !dec.fillParams(root, opts.Params) {
 		return nil, diags.err()
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {

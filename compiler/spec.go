@@ -17,6 +17,7 @@ const (
 type Spawn struct {
 	APIVersion string    `json:"apiVersion" doc:"Always hookbox.dev/v1alpha1." enum:"hookbox.dev/v1alpha1"`
 	Kind       string    `json:"kind" doc:"Spawn for one spawn; SpawnList holds several under items." enum:"Spawn"`
+	Params     Params    `json:"params,omitempty" doc:"Template slots by name (lowercase letters, digits, _), filled by hookbox render --set NAME=VALUE. A value whose whole text is \"{{ NAME }}\" (quoted) becomes the param's value, as a string; a slot inside a longer string is an error. {} declares a required param, {default: VALUE} an optional one."`
 	Metadata   Metadata  `json:"metadata"`
 	Spec       SpawnSpec `json:"spec"`
 }
@@ -25,6 +26,7 @@ type Spawn struct {
 type SpawnList struct {
 	APIVersion string      `json:"apiVersion" enum:"hookbox.dev/v1alpha1"`
 	Kind       string      `json:"kind" enum:"SpawnList"`
+	Params     Params      `json:"params,omitempty" doc:"Template slots of every item, by name (lowercase letters, digits, _), filled by hookbox render --set NAME=VALUE. A value whose whole text is \"{{ NAME }}\" (quoted) becomes the param's value, as a string; a slot inside a longer string is an error. {} declares a required param, {default: VALUE} an optional one."`
 	Items      []SpawnItem `json:"items" doc:"The spawns; names must be unique within the list."`
 }
 
@@ -36,6 +38,12 @@ type SpawnItem struct {
 	Metadata   Metadata  `json:"metadata"`
 	Spec       SpawnSpec `json:"spec"`
 }
+
+// Params declares template slots by name (lowercase letters, digits, '_').
+// A scalar whose whole value is "{{ name }}" (quoted) becomes the param's
+// value, as a string; a slot inside a longer string is an error, so a value
+// is always a whole field or a whole argv element. See params.go.
+type Params map[string]Param
 
 type Metadata struct {
 	Name   string            `json:"name" doc:"DNS-1123 label (lowercase letters, digits, '-'; at most 63 characters). Names the container and the Kubernetes Job."`

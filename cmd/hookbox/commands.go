@@ -29,7 +29,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRenderCommand(), newRunCommand(), newGCCommand(), newPsCommand(), newLogsCommand(),
+	root.AddCommand(newRenderCommand(), newRunCommand(), newVerifyCommand(), newGCCommand(), newPsCommand(), newLogsCommand(),
 		newDoctorCommand(), newDaemonCommand(), newSchemaCommand(), newImageCommand(), newVersionCommand())
 	return root
 }
@@ -37,6 +37,8 @@ func newRootCommand() *cobra.Command {
 func newRenderCommand() *cobra.Command {
 	var format, spawn, stateDir string
 	var withRunfiles bool
+	var sets []string
+	var kube k8sFlags
 	cmd := &cobra.Command{
 		Use:   "render SPEC",
 		Short: "Compile a spawn spec and print its render",
@@ -47,13 +49,20 @@ array); the sha256 of one render's canonical bytes is its digest.
 the OCI runtime spec a run would get (run id "plan", values resolved at
 launch shown as placeholders). --runfiles assembles every program's runfiles
 (closure, content-addressed store) and puts the manifest in the render, as
-hookbox run does, so a changed binary changes the digest.`,
+hookbox run does, so a changed binary changes the digest.
+--format k8s prints, per spawn, a ConfigMap, a NetworkPolicy and a batch/v1
+Job that runs the same argv in the same read-only layout (README "Review
+pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != "json" && format != "text" && format != "oci" {
-				return usageError{fmt.Errorf("--format %q: use json, text or oci", format)}
+			if format != "json" && format != "text" && format != "oci" && format != "k8s" {
+				return usageError{fmt.Errorf("--format %q: use json, text, oci or k8s", format)}
 			}
-			renders, err := compiler.CompileFile(args[0])
+			params, err := compiler.ParseSetFlags(sets)
+			if err != nil {
+				return usageError{err}
+			}
+			renders, err := compiler.CompileFileWithParams(args[0], params)
 			if err != nil {
 				return err
 			}
@@ -72,14 +81,20 @@ hookbox run does, so a changed binary changes the digest.`,
 				}
 			}
 			var out bytes.Buffer
-			if err := writeRenders(&out, renders, format); err != nil {
+			if format == "k8s" {
+				if err := writeK8s(&out, renders, &kube); err != nil {
+					return err
+				}
+			} else if err := writeRenders(&out, renders, format); err != nil {
 				return err
 			}
 			_, err = cmd.OutOrStdout().Write(out.Bytes())
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "json", "output format: json, text or oci")
+	cmd.Flags().StringVar(&format, "format", "json", "output format: json, text, oci or k8s")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "NAME=VALUE: fill the spec's template slot NAME (repeatable)")
+	kube.register(cmd.Flags())
 	cmd.Flags().StringVar(&spawn, "spawn", "", "print only the spawn with this name")
 	cmd.Flags().BoolVar(&withRunfiles, "runfiles", false, "assemble the runfiles and include their manifest")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store (default /var/lib/hookbox as root)")

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// k8sArgs are the flags every --format k8s run needs.
+var k8sArgs = []string{"render", "--format", "k8s",
+	"--image", "registry.example/hookbox/base@sha256:" + strings.Repeat("1", 64),
+	"--runfiles-image", "registry.example/hookbox/runfiles@sha256:" + strings.Repeat("2", 64),
+	"--seed-image", "registry.example/busybox@sha256:" + strings.Repeat("3", 64)}
+
+func k8sRun(t *testing.T, extra ...string) (int, string, string) {
+	t.Helper()
+	return runCLI(t, append(append([]string(nil), k8sArgs...), extra...)...)
+}
+
+func TestRenderK8s(t *testing.T) {
+	code, stdout, stderr := k8sRun(t, "--set", "pr=4711", "--set", "ref=refs/pull/4711/head", "--namespace", "reviews", "../../examples/pipeline.yaml")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if n := strings.Count(stdout, "\nkind: Job\n"); n != 3 {
+		t.Errorf("%d Jobs for three spawns", n)
+	}
+	for _, want := range []string{"value: \"4711\"", "value: refs/pull/4711/head", "namespace: reviews", "claimName: hookbox-workspace", "name: hookbox-secrets"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+
+	// The default engine image is the base image this host builds.
+	args := append([]string{"render", "--format", "k8s"}, k8sArgs[5:]...)
+	code, stdout, stderr = runCLI(t, append(args, "../../examples/review.yaml")...)
+	if code != exitOK || !strings.Contains(stdout, "image: hookbox.dev/base:") {
+		t.Errorf("default image: exit %d %s", code, stderr)
+	}
+
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"undeclared --set": {[]string{"--set", "typo=1", "../../examples/pipeline.yaml"}, `--set typo: the spec declares no param "typo"`},
+		"malformed --set":  {[]string{"--set", "pr", "../../examples/pipeline.yaml"}, "write NAME=VALUE"},
+		"image not pinned": {[]string{"--runfiles-image", "runfiles:latest", "../../examples/review.yaml"}, "pinned by digest"},
+		"bad secret name":  {[]string{"--secret-name", "Bad_Name", "../../examples/review.yaml"}, "--secret-name"},
+		"unknown format":   {[]string{"--format", "helm", "../../examples/review.yaml"}, "use json, text, oci or k8s"},
+	} {
+		code, _, stderr := k8sRun(t, tc.args...)
+		if code != exitSpec || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q, want %q", name, code, stderr, tc.want)
+		}
+	}
+}
+
+// TestRenderK8sSentinel: with a sentinel under every forwarded name, no
+// --format k8s output contains it, and the secrets are referenced.
+func TestRenderK8sSentinel(t *testing.T) {
+	const sentinel = "hbx-sentinel-k8s-cli-9a41"
+	for _, name := range []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "LANG"} {
+		t.Setenv(name, sentinel)
+	}
+	for _, example := range []string{"review", "pipeline", "codex", "hello"} {
+		code, stdout, stderr := k8sRun(t, "../../examples/"+example+".yaml")
+		if code != exitOK {
+			t.Fatalf("%s: exit %d: %s", example, code, stderr)
+		}
+		if strings.Contains(stdout, sentinel) || strings.Contains(stderr, sentinel) {
+			t.Errorf("%s: printed the secret sentinel", example)
+		}
+		if example != "hello" && !strings.Contains(stdout, "secretKeyRef:") {
+			t.Errorf("%s: no secretKeyRef", example)
+		}
+	}
+}
