@@ -8,6 +8,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -49,6 +50,15 @@ spec:
   engine: {kind: exec, path: /usr/bin/true}
   workspace: `+ws+`
   trace: {mode: off}
+`), 0o644)
+	traced := filepath.Join(work, "traced.yaml")
+	os.WriteFile(traced, []byte(`apiVersion: hookbox.dev/v1alpha1
+kind: Spawn
+metadata: {name: traced}
+spec:
+  engine: {kind: exec, path: /usr/bin/true}
+  workspace: `+ws+`
+  trace: {mode: verify}
 `), 0o644)
 
 	// Warm up: image import, runfiles store (not counted).
@@ -95,7 +105,7 @@ spec:
 				return fmt.Errorf("%s: %v\n%s", name, err, buf.String())
 			}
 			times = append(times, time.Since(start))
-			if name == "hookbox run" {
+			if strings.HasPrefix(name, "hookbox run") {
 				if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > peakRSS {
 					peakRSS = ru.Maxrss
 				}
@@ -116,6 +126,11 @@ spec:
 	}); err != nil {
 		return err
 	}
+	if err := measure("hookbox run (traced)", func(int) *exec.Cmd {
+		return exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, traced)
+	}); err != nil {
+		return err
+	}
 	if err := measure("ctr run --rm", func(i int) *exec.Cmd {
 		return exec.CommandContext(ctx, "ctr", "--address", addr, "-n", "hookbox-bench", "run", "--rm", "--rootfs", rootfs,
 			fmt.Sprintf("bench-ctr-%d-%d", os.Getpid(), i), "/usr/bin/true")
@@ -130,15 +145,100 @@ spec:
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "| command | median | ratio to ctr run --rm | ratio to runc run |\n|---|---|---|---|\n")
-	ctrMedian, runcMedian := rows[1].median, rows[2].median
+	ctrMedian, runcMedian := rows[2].median, rows[3].median
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %.1f ms | %.2f× | %.2f× |\n", r.name, ms(r.median), ms(r.median)/ms(ctrMedian), ms(r.median)/ms(runcMedian))
 	}
 	fmt.Fprintf(&b, "\nhookbox peak RSS during a run: %.1f MiB (max over %d runs)\n", float64(peakRSS)/1024, n)
-	fmt.Fprintf(&b, "\n%d runs each of a trivial spawn (/usr/bin/true, tracing off), one invocation of `make bench`, %s.\n",
+	fmt.Fprintf(&b, "\n%d runs each of a trivial spawn (/usr/bin/true; tracing off unless traced), one invocation of `make bench`, %s.\n",
 		n, time.Now().UTC().Format("2006-01-02"))
+	storm, err := execStorm(hookbox, state, ws, work)
+	if err != nil {
+		return err
+	}
+	b.WriteString(storm)
 	fmt.Print(b.String())
 	return os.WriteFile(out, []byte(b.String()), 0o644)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// execStorm runs a 20,000-exec storm inside a container, untraced and
+// traced by hookbox (3 runs each), and compares the engine's run phase.
+func execStorm(hookbox, state, ws, work string) (string, error) {
+	const execs = 20000
+	specFor := func(mode string) string {
+		path := filepath.Join(work, "storm-"+mode+".yaml")
+		os.WriteFile(path, []byte(fmt.Sprintf(`apiVersion: hookbox.dev/v1alpha1
+kind: Spawn
+metadata: {name: storm}
+spec:
+  engine: {kind: exec, path: /bin/sh, args: [-c, 'i=0; while [ $i -lt %d ]; do /bin/true; i=$((i+1)); done']}
+  tools: [/bin/true]
+  workspace: %s
+  limits: {timeout: 10m, pids: 64}
+  trace: {mode: %s}
+`, execs, ws, mode)), 0o644)
+		return path
+	}
+	type outcome struct {
+		runMS   []float64
+		events  int
+		lost    string
+		verdict string
+	}
+	run := func(mode string) (outcome, error) {
+		var o outcome
+		spec := specFor(mode)
+		for i := 0; i < 3; i++ {
+			out, err := exec.Command(hookbox, "run", "--json", "--state-dir", state, spec).Output()
+			if err != nil {
+				return o, fmt.Errorf("storm %s: %v", mode, err)
+			}
+			lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+			var last struct {
+				Result struct {
+					Timings struct{ Run float64 } `json:"timings_ms"`
+					Trace   struct {
+						Status  string   `json:"status"`
+						Reasons []string `json:"reasons"`
+						Events  int      `json:"events"`
+					} `json:"trace"`
+					RecordDir string `json:"record_dir"`
+				} `json:"result"`
+			}
+			if err := json.Unmarshal(lines[len(lines)-1], &last); err != nil {
+				return o, err
+			}
+			o.runMS = append(o.runMS, last.Result.Timings.Run)
+			o.events = last.Result.Trace.Events
+			o.verdict = last.Result.Trace.Status + " " + strings.Join(last.Result.Trace.Reasons, ",")
+			if data, err := os.ReadFile(filepath.Join(last.Result.RecordDir, "trace.jsonl")); err == nil {
+				stats := data[bytes.LastIndexByte(bytes.TrimSpace(data), '\n')+1:]
+				var st struct {
+					Stats struct{ Lost uint64 } `json:"stats"`
+				}
+				json.Unmarshal(stats, &st)
+				o.lost = fmt.Sprint(st.Stats.Lost)
+			}
+		}
+		slices.Sort(o.runMS)
+		return o, nil
+	}
+	off, err := run("off")
+	if err != nil {
+		return "", err
+	}
+	on, err := run("observe")
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| exec storm (%d execs in a container) | median run phase | ratio | events | lost |\n|---|---|---|---|---|\n", execs)
+	fmt.Fprintf(&b, "| untraced | %.0f ms | 1.00× | - | - |\n", off.runMS[1])
+	fmt.Fprintf(&b, "| traced by hookbox | %.0f ms | %.3f× | %d | %s |\n", on.runMS[1], on.runMS[1]/off.runMS[1], on.events, on.lost)
+	if _, err := exec.LookPath("bpftrace"); err != nil {
+		b.WriteString("\nbpftrace is not installed here, so its exec probe was not compared in this run.\n")
+	}
+	return b.String(), nil
+}
