@@ -263,3 +263,42 @@ func TestRealClaudeOffline(t *testing.T) {
 		}
 	}
 }
+
+// TestSwappedEngineNeverRuns: a fixture replaces the engine inside the
+// assembled runfiles tree after a first run. The next run re-checks the
+// tree against the store before mounting it, rebuilds it, and the engine
+// that runs is the rendered one: same render digest, verdict confirmed.
+func TestSwappedEngineNeverRuns(t *testing.T) {
+	e := newEnv(t)
+	spec := e.spec("swap", "- print: genuine\n- exit: 0")
+	first := e.run(spec).mustResult(t)
+	if first.Trace.Status != "confirmed" {
+		t.Fatalf("first run: %+v", first.Trace)
+	}
+	trees, _ := filepath.Glob(filepath.Join(e.state, "runfiles", "trees", "*"))
+	if len(trees) != 1 {
+		t.Fatalf("expected one runfiles tree, found %v", trees)
+	}
+	inTree := filepath.Join(trees[0], engineBin)
+	impostor, err := os.ReadFile("/usr/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := inTree + ".swap"
+	if err := os.WriteFile(tmp, impostor, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, inTree); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run(spec)
+	second := r.mustResult(t)
+	if second.RenderDigest != first.RenderDigest || second.Trace.Status != "confirmed" || !strings.Contains(r.output(), "genuine") {
+		t.Fatalf("after the swap: digest %s (was %s), trace %+v, output %q", second.RenderDigest, first.RenderDigest, second.Trace, r.output())
+	}
+	genuine, _ := os.ReadFile(engineBin)
+	now, _ := os.ReadFile(filepath.Join(trees[0], engineBin))
+	if string(now) != string(genuine) {
+		t.Error("the tree still holds the impostor")
+	}
+}
