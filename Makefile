@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 
-.PHONY: all build real-engines test integration lint fmt schema fuzz bench demo setup clean
+.PHONY: all build generate vmlinux real-engines test integration lint fmt schema fuzz bench demo setup clean
 
 all: build
 
@@ -47,6 +47,15 @@ lint:
 	@$(GO) run ./cmd/hookbox schema | cmp -s - schema/spawn.schema.json || \
 	  { echo "schema/spawn.schema.json is stale: run make schema"; exit 1; }
 
+## generate: rebuild the committed BPF object (apt: clang-14 llvm-14 libbpf-dev);
+## make test checks ebpf/bpf/generated.sha256 against the sources, no clang needed
+generate:
+	$(GO) generate ./ebpf/
+
+## vmlinux: refresh ebpf/bpf/vmlinux.h from this kernel's BTF (then make generate)
+vmlinux:
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > ebpf/bpf/vmlinux.h
+
 ## fmt: format the code
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -62,6 +71,10 @@ fuzz:
 	$(GO) test ./compiler/shellwords/ -run '^$$' -fuzz '^FuzzJoinRoundTrip$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./render/canonjson/ -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./secrets/ -run '^$$' -fuzz '^FuzzParseLookup$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./render/verify/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./ebpf/ -run '^$$' -fuzz '^FuzzDecodeEvent$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./ebpf/ -run '^$$' -fuzz '^FuzzSplitArgv$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/mountinfo/ -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin

@@ -25,9 +25,10 @@
 //     is the interpreter);
 //   - every failed execve/execveat in that cgroup (syscalls tracepoints,
 //     negative return) yields a KindFailed event with the errno and the
-//     filename argument (read from user memory at syscall entry; for
-//     execveat it may be relative to the dirfd, which is not recorded).
-//     Failed events carry no argv and no file identity.
+//     filename argument (its pointer recorded at syscall entry, the
+//     string read from the caller's unchanged memory at exit, only for
+//     failures; for execveat it may be relative to the dirfd, which is
+//     not recorded). Failed events carry no argv and no file identity.
 //
 // Events of one watch arrive on Watch.Events in the order the kernel
 // reserved them in the ring buffer (per process, that is exec order).

@@ -20,6 +20,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+func TestMain(m *testing.M) {
+	if os.Getenv("HOOKBOX_EBPF_HELPER") == "execveat" {
+		os.Exit(helperExecveat())
+	}
+	os.Exit(m.Run())
+}
+
 // missing fails under HOOKBOX_INTEGRATION=1 (a machine that should run the
 // tracer must not pass by skipping) and skips otherwise.
 func missing(t testing.TB, why string) {

@@ -5,6 +5,7 @@ package ebpf
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -234,7 +235,7 @@ func TestFailedExecveat(t *testing.T) {
 	}
 	col := collect(w)
 	// The test binary re-executed as a helper that calls execveat.
-	cmd := cg.command(os.Args[0], "-test.run=^TestHelperExecveat$")
+	cmd := cg.command(os.Args[0])
 	cmd.Env = append(os.Environ(), "HOOKBOX_EBPF_HELPER=execveat")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("helper: %v\n%s", err, out)
@@ -247,13 +248,13 @@ func TestFailedExecveat(t *testing.T) {
 	requireComplete(t, st)
 }
 
-func TestHelperExecveat(t *testing.T) {
-	if os.Getenv("HOOKBOX_EBPF_HELPER") != "execveat" {
-		t.Skip("helper process for TestFailedExecveat")
-	}
+// helperExecveat is the test binary re-executed by TestFailedExecveat
+// (see TestMain): an execveat of a relative name that does not exist.
+func helperExecveat() int {
 	dir, err := syscall.Open("/", syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	name, _ := syscall.BytePtrFromString("missing-relative-prog")
 	argv := []*byte{name, nil}
@@ -261,8 +262,10 @@ func TestHelperExecveat(t *testing.T) {
 	_, _, e := syscall.Syscall6(unix.SYS_EXECVEAT, uintptr(dir), uintptr(unsafe.Pointer(name)),
 		uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])), 0, 0)
 	if e != syscall.ENOENT {
-		t.Fatalf("execveat: %v, want ENOENT", e)
+		fmt.Fprintf(os.Stderr, "execveat: %v, want ENOENT\n", e)
+		return 1
 	}
+	return 0
 }
 
 func TestArgvTruncation(t *testing.T) {
@@ -430,6 +433,17 @@ func TestConcurrentWatches(t *testing.T) {
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
+		}
+	}
+	// Drain queues everything submitted so far, before any Stop.
+	tr.Drain()
+	for _, w := range []*Watch{wa, wb} {
+		c, err := tr.slotCounters(w.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := w.snapshot(c); s.Delivered != c.Matched || c.Matched != 4 {
+			t.Errorf("after Drain: delivered %d of %d matched, want 4", s.Delivered, c.Matched)
 		}
 	}
 	ea, sa := ca.stop(t, wa)

@@ -21,6 +21,7 @@ func Load(Options) (*Tracer, error) { return nil, errPlatform }
 
 func (*Tracer) Options() Options                     { return Options{} }
 func (*Tracer) Close() error                         { return nil }
+func (*Tracer) Drain()                               {}
 func (*Tracer) Counters() (Counters, error)          { return Counters{}, errPlatform }
 func (*Tracer) Orphans() uint64                      { return 0 }
 func (*Tracer) Err() error                           { return nil }

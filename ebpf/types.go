@@ -45,8 +45,9 @@ type Options struct {
 	// the default ring) until the consumer reads it.
 	RingSize int
 	// PollInterval is the consumer's read deadline: the BPF side never
-	// wakes the consumer (BPF_RB_NO_WAKEUP), so events wait up to this long
-	// in the ring. Default DefaultPollInterval.
+	// wakes the consumer (BPF_RB_NO_WAKEUP), so events wait up to this
+	// long in the ring, which must hold the execs of one interval. Default
+	// DefaultPollInterval.
 	PollInterval time.Duration
 }
 
@@ -87,35 +88,37 @@ type Policy struct {
 // counters (Tracer.Counters) count across all watches; a watch's counters
 // (in Stats) count only its cgroup.
 type Counters struct {
-	Seen           uint64 // successful execs on the host (tracer-wide only)
-	Matched        uint64 // events attempted for watched cgroups
-	Lost           uint64 // events dropped: no ring buffer space
-	Truncated      uint64 // exec events with truncated argv
-	Killed         uint64 // execs killed by enforce
-	KillFailed     uint64 // execs enforce could not kill
-	ReadErrors     uint64 // events with an unreadable field (argv, file identity, filename)
-	PendingDropped uint64 // failed-exec filenames not kept at syscall entry
+	Seen           uint64 `json:"seen"`            // successful execs on the host (tracer-wide only)
+	Matched        uint64 `json:"matched"`         // events attempted for watched cgroups
+	Lost           uint64 `json:"lost"`            // events dropped: no ring buffer space
+	Truncated      uint64 `json:"truncated"`       // exec events with truncated argv
+	Killed         uint64 `json:"killed"`          // execs killed by enforce
+	KillFailed     uint64 `json:"kill_failed"`     // execs enforce could not kill
+	ReadErrors     uint64 `json:"read_errors"`     // events with an unreadable field (argv, file identity, filename)
+	PendingDropped uint64 `json:"pending_dropped"` // execve calls not recorded at syscall entry (their failure would lack the filename)
 	// Missed counts runs of the tracer's BPF programs the kernel skipped
 	// (recursion protection): execs that were never seen. Not attributable
 	// to a cgroup.
-	Missed uint64
+	Missed uint64 `json:"missed"`
 }
 
-// Stats account for one watch, from Watch to Stop.
+// Stats account for one watch, from Watch to Stop. The JSON form (for
+// the trace's final line) uses snake_case names, the counters inline.
 type Stats struct {
 	Counters            // this watch's kernel counters; Missed is tracer-wide during the watch
-	Delivered    uint64 // events decoded and queued on Events
-	DecodeErrors uint64 // records of this watch that could not be decoded
+	Delivered    uint64 `json:"delivered"`     // events decoded and queued on Events
+	DecodeErrors uint64 `json:"decode_errors"` // records of this watch that could not be decoded
 	// Unaccounted is Matched - Delivered - Lost - DecodeErrors when Stop
 	// stopped waiting: events the kernel attempted that never arrived (a
 	// BPF program still running when Stop gave up). 0 normally.
-	Unaccounted uint64
+	Unaccounted uint64 `json:"unaccounted"`
 }
 
 // Incomplete lists why this watch's events may not be everything that
 // happened in its cgroup, by name ("lost", "missed", …); empty when the
 // kernel and the consumer account for every exec. It is a fact about the
-// record, not a verdict.
+// record, not a verdict. Truncated argvs are not listed: each event says
+// so (Event.Truncated).
 func (s Stats) Incomplete() []string {
 	var out []string
 	add := func(n uint64, why string) {
