@@ -1,6 +1,7 @@
 package mounts
 
 import (
+	"hookbox.dev/hookbox/render"
 	"os"
 	"path"
 	"path/filepath"
@@ -71,7 +72,7 @@ func FuzzValidateDestination(f *testing.F) {
 				t.Fatalf("accepted %q under %s", dest, root)
 			}
 		}
-		wantOrderErr := dest != other && within(other, dest)
+		wantOrderErr := dest != other && render.Within(other, dest)
 		if (err != nil) != (dest == other || wantOrderErr) {
 			t.Fatalf("%q then %q: %v", other, dest, err)
 		}

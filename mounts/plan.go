@@ -213,8 +213,8 @@ func renderOptions(rm render.Mount) (int64, error) {
 func checkFilesPlaced(files []render.File, host HostPaths) error {
 	for _, f := range files {
 		switch {
-		case within(f.Path, render.RunDir) && f.Path != render.RunDir:
-		case within(f.Path, render.ConfigDir) && f.Path != render.ConfigDir:
+		case render.Within(f.Path, render.RunDir) && f.Path != render.RunDir:
+		case render.Within(f.Path, render.ConfigDir) && f.Path != render.ConfigDir:
 			if host.ConfigDir == "" {
 				return fmt.Errorf("%w: generated file %s needs the config dir; write the files to a host directory and pass it as HostPaths.ConfigDir", ErrInvalid, f.Path)
 			}
@@ -229,38 +229,7 @@ func checkFilesPlaced(files []render.File, host HostPaths) error {
 // sorts destinations component by component ("/a" < "/a/b" < "/a-b"), which
 // is also a deterministic total order. The sort is stable.
 func SortMounts(ms []Mount) {
-	slices.SortStableFunc(ms, func(a, b Mount) int { return comparePaths(a.Destination, b.Destination) })
-}
-
-// comparePaths compares slash paths component by component: '/' sorts
-// before every other byte, so a path sorts before everything beneath it.
-func comparePaths(a, b string) int {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		ca, cb := a[i], b[i]
-		if ca == cb {
-			continue
-		}
-		switch {
-		case ca == '/':
-			return -1
-		case cb == '/':
-			return 1
-		case ca < cb:
-			return -1
-		default:
-			return 1
-		}
-	}
-	return len(a) - len(b)
-}
-
-// within reports whether slash path p is dir or lexically beneath it. Both
-// must be clean.
-func within(p, dir string) bool {
-	if dir == "/" {
-		return strings.HasPrefix(p, "/")
-	}
-	return p == dir || strings.HasPrefix(p, dir+"/")
+	slices.SortStableFunc(ms, func(a, b Mount) int { return render.ComparePaths(a.Destination, b.Destination) })
 }
 
 // isClean reports whether p is absolute and already in path.Clean form.

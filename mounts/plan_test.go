@@ -127,7 +127,7 @@ func TestSortMountsParentsFirst(t *testing.T) {
 	}
 	for i, m := range ms {
 		for _, later := range ms[i+1:] {
-			if within(m.Destination, later.Destination) {
+			if render.Within(m.Destination, later.Destination) {
 				t.Errorf("%s comes before its parent %s", m.Destination, later.Destination)
 			}
 		}

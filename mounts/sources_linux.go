@@ -39,7 +39,7 @@ func declaredRoot(p Plan, i int) string {
 	src := p.Mounts[i].Source
 	root := ""
 	for j, m := range p.Mounts {
-		if j == i || m.Type != TypeBind || m.Source == src || !within(src, m.Source) {
+		if j == i || m.Type != TypeBind || m.Source == src || !render.Within(src, m.Source) {
 			continue
 		}
 		if len(m.Source) > len(root) {

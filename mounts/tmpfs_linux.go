@@ -227,7 +227,7 @@ func Seed(path string, files []render.File, uid, gid int) error {
 		if f.Path == render.RunDir {
 			return fmt.Errorf("%w: generated file %s would replace the run dir itself; name a file under it", ErrEscapes, f.Path)
 		}
-		if within(f.Path, render.RunDir) {
+		if render.Within(f.Path, render.RunDir) {
 			mine = append(mine, f)
 		}
 	}

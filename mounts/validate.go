@@ -62,7 +62,7 @@ func validateShape(p Plan) error {
 		}
 		seen[m.Destination] = true
 		for _, later := range p.Mounts[i+1:] {
-			if later.Destination != m.Destination && within(m.Destination, later.Destination) {
+			if later.Destination != m.Destination && render.Within(m.Destination, later.Destination) {
 				errs = append(errs, fmt.Errorf("%w: %s is listed before its parent %s, which would hide it; sort the plan with SortMounts", ErrOrder, m.Destination, later.Destination))
 			}
 		}
@@ -84,7 +84,7 @@ func checkDestination(d string) error {
 		return fmt.Errorf("%w: / would hide the root filesystem; mount at a directory below it", ErrForbiddenDestination)
 	}
 	for _, root := range forbiddenRoots {
-		if within(d, root) {
+		if render.Within(d, root) {
 			return fmt.Errorf("%w: %s is under %s, which the runtime provides; choose a destination outside /proc, /sys and /dev", ErrForbiddenDestination, d, root)
 		}
 	}

@@ -369,13 +369,13 @@ func (b *builder) configMap(meta metav1.ObjectMeta, canonical string) (*corev1.C
 			mode = 0o600
 		}
 		switch {
-		case within(f.Path, render.ConfigDir) && f.Path != render.ConfigDir:
+		case render.Within(f.Path, render.ConfigDir) && f.Path != render.ConfigDir:
 			// ConfigMap files are owned by root: keep the render's bits
 			// and make them readable, since only the container user reads.
 			b.configItems = append(b.configItems, corev1.KeyToPath{
 				Key: key, Path: strings.TrimPrefix(f.Path, render.ConfigDir+"/"), Mode: ptr(mode | 0o444),
 			})
-		case within(f.Path, render.RunDir) && f.Path != render.RunDir:
+		case render.Within(f.Path, render.RunDir) && f.Path != render.RunDir:
 			b.seedItems = append(b.seedItems, corev1.KeyToPath{Key: key, Path: strings.TrimPrefix(f.Path, render.RunDir+"/")})
 			b.seedFiles = append(b.seedFiles, f)
 		default:
@@ -553,7 +553,7 @@ func (b *builder) volumes() ([]corev1.Volume, []corev1.VolumeMount, error) {
 	for _, m := range runfiles {
 		mounts = append(mounts, corev1.VolumeMount{Name: volRunfiles, MountPath: m.MountPath, SubPath: m.SubPath, ReadOnly: true})
 	}
-	slices.SortFunc(mounts, func(a, b corev1.VolumeMount) int { return comparePaths(a.MountPath, b.MountPath) })
+	slices.SortFunc(mounts, func(a, b corev1.VolumeMount) int { return render.ComparePaths(a.MountPath, b.MountPath) })
 	slices.SortFunc(volumes, func(a, b corev1.Volume) int { return strings.Compare(a.Name, b.Name) })
 	return volumes, mounts, nil
 }
@@ -564,11 +564,11 @@ func (b *builder) volumes() ([]corev1.Volume, []corev1.VolumeMount, error) {
 func (b *builder) seedContainers(uid, gid int64) []corev1.Container {
 	dirs := []string{render.HomeDir, render.OutDir}
 	for _, f := range b.seedFiles {
-		for d := path.Dir(f.Path); d != render.RunDir && within(d, render.RunDir); d = path.Dir(d) {
+		for d := path.Dir(f.Path); d != render.RunDir && render.Within(d, render.RunDir); d = path.Dir(d) {
 			dirs = append(dirs, d)
 		}
 	}
-	slices.SortFunc(dirs, comparePaths)
+	slices.SortFunc(dirs, render.ComparePaths)
 	dirs = slices.Compact(dirs)
 	seedResources := corev1.ResourceRequirements{
 		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},

@@ -76,12 +76,12 @@ func RunfileMounts(r *render.Render, imagePaths, podMounts []string) ([]RunfileM
 			return true
 		}
 		for _, p := range imagePaths {
-			if within(p, dir) {
+			if render.Within(p, dir) {
 				return true
 			}
 		}
 		for _, m := range podMounts {
-			if within(m, dir) || within(dir, m) {
+			if render.Within(m, dir) || render.Within(dir, m) {
 				return true
 			}
 		}
@@ -103,12 +103,12 @@ func RunfileMounts(r *render.Render, imagePaths, podMounts []string) ([]RunfileM
 				"build it into the engine image (--image) or keep it out of the closure", ErrUnsupported, e.path, parent)
 		}
 	}
-	slices.SortFunc(dirs, comparePaths)
+	slices.SortFunc(dirs, render.ComparePaths)
 	dirs = slices.Compact(dirs)
 
 	var out []RunfileMount
 	for _, d := range dirs {
-		if n := len(out); n > 0 && within(d, out[n-1].MountPath) {
+		if n := len(out); n > 0 && render.Within(d, out[n-1].MountPath) {
 			continue // sorted parents first: the last kept mount is the only candidate parent
 		}
 		sub := d
@@ -157,33 +157,4 @@ func resolveInTree(byPath map[string]render.Runfile, p string) (string, error) {
 		return out, nil
 	}
 	return resolve(p)
-}
-
-// within reports whether clean slash path p is dir or lexically beneath it.
-func within(p, dir string) bool {
-	if dir == "/" {
-		return strings.HasPrefix(p, "/")
-	}
-	return p == dir || strings.HasPrefix(p, dir+"/")
-}
-
-// comparePaths orders slash paths component by component, so a path sorts
-// right before everything beneath it ("/a" < "/a/b" < "/a-b").
-func comparePaths(a, b string) int {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		ca, cb := a[i], b[i]
-		switch {
-		case ca == cb:
-			continue
-		case ca == '/':
-			return -1
-		case cb == '/':
-			return 1
-		case ca < cb:
-			return -1
-		default:
-			return 1
-		}
-	}
-	return len(a) - len(b)
 }
