@@ -361,7 +361,7 @@ func TestCtrlCTearsDown(t *testing.T) {
 	r.parse(t)
 	res := r.mustResult(t)
 	if res.Status != launcher.StatusCancelled || r.code != 122 {
-		t.Fatalf("status %s exit %d, want cancelled and 122\nstderr: %s", res.Status, r.code, r.stderr)
+		t.Fatalf("status %s exit %d, want cancelled and 122 (error %q, reasons %v)\nstderr: %s", res.Status, r.code, res.Error, res.Reasons, r.stderr)
 	}
 	if pids := markerProcesses(marker); len(pids) > 0 {
 		t.Fatalf("processes survived Ctrl-C: %v", pids)

@@ -16,6 +16,7 @@ const (
 	EventOutput   = "output"   // stream, data
 	EventResult   = "result"   // result: result.json
 	EventExec     = "exec"     // exec: one traced exec (the trace.jsonl line)
+	EventNotify   = "notify"   // notify: the notifier's outcome, after result
 )
 
 // Event is one line of the --json stream.
@@ -30,6 +31,7 @@ type Event struct {
 	Spawned *Spawned        `json:"spawned,omitempty"`
 	Result  *Result         `json:"result,omitempty"`
 	Exec    json.RawMessage `json:"exec,omitempty"`
+	Notify  *NotifyResult   `json:"notify,omitempty"`
 }
 
 // Sink receives a run's events in order.

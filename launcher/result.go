@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"hookbox.dev/hookbox/mounts"
+	"hookbox.dev/hookbox/notify"
 	"hookbox.dev/hookbox/render/verify"
 )
 
@@ -53,7 +54,13 @@ type Result struct {
 	Harvest   *mounts.Report         `json:"harvest,omitempty"`
 	Trace     TraceResult            `json:"trace"`
 	RecordDir string                 `json:"record_dir"`
+	// Notify is the host-side notifier's outcome (package notify); it never
+	// changes Status or ExitCode.
+	Notify *NotifyResult `json:"notify,omitempty"`
 }
+
+// NotifyResult is the notify section of result.json.
+type NotifyResult = notify.Outcome
 
 // Timings of a run's phases, in milliseconds.
 type Timings struct {

@@ -33,6 +33,7 @@ import (
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/mounts"
+	"hookbox.dev/hookbox/notify"
 	"hookbox.dev/hookbox/oci"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/render/verify"
@@ -74,6 +75,13 @@ type Options struct {
 	// RequireTrace turns an unavailable tracer into an error before Start
 	// instead of an unchecked verdict.
 	RequireTrace bool
+	// Notify is the resolved notifier plan (notify.Resolve); the zero Plan
+	// is disabled. It runs after result.json is written, and result.json is
+	// then rewritten with its outcome; it never changes status or exit code.
+	Notify notify.Plan
+	// NotifyOptions configure the notifier's execution (RecordDir is set by
+	// Run).
+	NotifyOptions notify.Options
 }
 
 // Run runs r to its end and returns its result. Errors before the run id
@@ -171,6 +179,32 @@ func (x *execution) run() {
 		res.Status, res.Error = StatusInfraError, "write result: "+werr.Error()
 	}
 	x.emit(Event{Type: EventResult, Result: res})
+	x.notify()
+}
+
+// notify runs the notifier on the terminal result, then records its
+// outcome in result.json. A run cancelled by a signal is still notified
+// (bounded by the notifier's deadline); a signal while the notifier runs
+// ends it.
+func (x *execution) notify() {
+	res := x.result
+	ctx := x.ctx
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	env := notify.Envelope{
+		SchemaVersion: notify.EnvelopeSchemaVersion, RunID: res.RunID, Spawn: res.Spawn,
+		RenderDigest: res.RenderDigest, Status: res.Status, ExitCode: res.ExitCode,
+		VerdictStatus: res.Trace.Status, ResultPath: filepath.Join(x.dir, ResultFile),
+	}
+	opts := x.opts.NotifyOptions
+	opts.RecordDir = x.dir
+	outcome := notify.Run(ctx, x.opts.Notify, env, opts)
+	res.Notify = outcome
+	if err := writeJSON(filepath.Join(x.dir, ResultFile), res, 0o644); err != nil {
+		x.progress("notify", "could not record the notify outcome in result.json")
+	}
+	x.emit(Event{Type: EventNotify, Notify: outcome})
 }
 
 // prepare writes the intent, then assembles everything the container needs.
@@ -265,6 +299,21 @@ func (x *execution) prepare() error {
 	}
 	x.rootfs = rootfs
 	return nil
+}
+
+// retry runs a cleanup step up to five times, 100 ms apart: a resource can
+// be briefly busy while the runtime releases it (a shim still exiting, a
+// mount still referenced). Every step treats "already gone" as success, so
+// repeating one is safe.
+func retry(step func() error) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = step(); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
 }
 
 func runtimeOptions(runcRoot string) any {
@@ -489,9 +538,12 @@ func (x *execution) teardown() {
 	if x.task != nil {
 		fail("stop", x.stopAll(ctx))
 		oom := x.cg != nil && cgroupOOM(x.cg)
-		if _, err := x.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			fail("delete task", err)
-		}
+		fail("delete task", retry(func() error {
+			if _, err := x.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				return err
+			}
+			return nil
+		}))
 		x.decideStatus(oom)
 	}
 	if x.stdoutW != nil {
@@ -512,13 +564,13 @@ func (x *execution) teardown() {
 		go func() {
 			defer harvested.Done()
 			x.harvest()
-			unmountErr = mounts.Unmount(x.runDir)
+			unmountErr = retry(func() error { return mounts.Unmount(x.runDir) })
 		}()
 	}
-	fail("delete container", x.deleteContainer(ctx))
-	fail("delete snapshot", x.deleteSnapshot(ctx))
+	fail("delete container", retry(func() error { return x.deleteContainer(ctx) }))
+	fail("delete snapshot", retry(func() error { return x.deleteSnapshot(ctx) }))
 	if x.cg != nil {
-		fail("remove cgroup", x.cg.Remove())
+		fail("remove cgroup", retry(x.cg.Remove))
 	}
 	harvested.Wait()
 	fail("unmount run dir", unmountErr)

@@ -25,7 +25,8 @@ import (
 func (x *execution) stopAll(ctx context.Context) error {
 	x.collectExit(0)
 	if x.result.ExitCode == nil {
-		if err := x.task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
+		// An init that exited meanwhile is fine: membership decides below.
+		if err := x.task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) && !isAlreadyStopped(err) {
 			return fmt.Errorf("SIGTERM init: %w", err)
 		}
 	} else if x.cg != nil {
