@@ -168,7 +168,15 @@ func (x *execution) run() {
 	if x.task != nil {
 		res.Timings.Run = ran.Sub(created).Milliseconds()
 	}
-	if err != nil {
+	switch {
+	case err != nil && x.ctx.Err() != nil:
+		// Cancelled while preparing or creating: a cancellation, not an
+		// infrastructure failure.
+		x.killedFor, res.Error = ReasonSignal, err.Error()
+		if x.task == nil {
+			res.Status, res.Reasons = StatusCancelled, append(res.Reasons, ReasonSignal)
+		}
+	case err != nil:
 		res.Status, res.Error = StatusInfraError, err.Error()
 	}
 	x.teardown()
@@ -434,7 +442,9 @@ func (x *execution) create() error {
 	x.activity = make(chan struct{}, 1)
 	x.readerWG.Add(1)
 	go x.readStdout(stdoutR, out)
-	if err := x.task.Start(x.ctx); err != nil {
+	// The engine may print (and a reader react, e.g. with Ctrl-C) before
+	// Start's reply arrives: once created, starting is not abandoned.
+	if err := x.task.Start(context.WithoutCancel(x.ctx)); err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
 	return nil
