@@ -72,6 +72,9 @@ func TestSchemaCoversEveryField(t *testing.T) {
 		names := map[string]bool{}
 		for i := 0; i < typ.NumField(); i++ {
 			f := typ.Field(i)
+			if !f.IsExported() {
+				continue // not a spec field (e.g. Notify's parsed setting)
+			}
 			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 			names[name] = true
 			if _, ok := def.Properties[name]; !ok {

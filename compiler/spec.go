@@ -1,5 +1,11 @@
 package compiler
 
+import (
+	"go.yaml.in/yaml/v3"
+
+	"hookbox.dev/hookbox/notify"
+)
+
 // The spawn spec as users write it (YAML or JSON). Field names here are the
 // spec's field names (json tags); `doc` tags feed `hookbox schema`, and
 // `enum` tags list the accepted values of closed vocabularies.
@@ -65,6 +71,7 @@ type SpawnSpec struct {
 	Network    string                `json:"network,omitempty" doc:"Network access. Only none (loopback only) is supported." enum:"none"`
 	Artifacts  []string              `json:"artifacts,omitempty" doc:"Declared outputs, relative to the run dir /run/hookbox. A bare filename matches at the root first, then in an immediate subdirectory; a name ending in / is a directory and matches exactly."`
 	Trace      Trace                 `json:"trace,omitempty"`
+	Notify     Notify                `json:"notify,omitempty" doc:"Host-side notifier run when the run reaches its terminal result. Overrides the global config's notify block; a --notify flag overrides this. Not part of the render: it never changes the render digest."`
 }
 
 type Engine struct {
@@ -141,4 +148,40 @@ type DaemonizeStep struct {
 type ForkStep struct {
 	Count int      `json:"count"`
 	Sleep Duration `json:"sleep,omitempty"`
+}
+
+// Notify configures the host-side notifier (package notify). It decodes
+// itself through notify.ParseNode and never adds a diagnostic: a malformed
+// notify block must not fail the run it describes, so it is reported in the
+// run's notify outcome instead. The fields below exist for the schema.
+type Notify struct {
+	Enabled bool         `json:"enabled,omitempty" doc:"false turns notification off. Absent: on when argv is given."`
+	Argv    Command      `json:"argv,omitempty" doc:"The notifier and its arguments, run on the host without a shell. An element that is exactly {payload}, {result_path} or {run_id} is replaced by that value; a placeholder inside a longer element is an error. The payload is also on stdin."`
+	Timeout Duration     `json:"timeout,omitempty" doc:"Deadline of the notifier. Default 30s, at most 10m."`
+	Filter  NotifyFilter `json:"filter,omitempty"`
+
+	setting notify.Setting
+}
+
+type NotifyFilter struct {
+	Statuses []string `json:"statuses,omitempty" doc:"Notify only runs ending with one of these statuses (completed, completed_empty, failed, timed_out, cancelled, oom_killed, infra_error). Empty: all."`
+	Spawns   []string `json:"spawns,omitempty" doc:"Notify only these spawns, by name. Empty: all."`
+}
+
+// Setting is the spec layer of the notify configuration.
+func (n *Notify) Setting() notify.Setting { return n.setting }
+
+func (n *Notify) decodeNode(d *decoder, node *yaml.Node, path string) {
+	n.setting = notify.ParseNode(node, notify.SourceSpec)
+}
+
+// NotifySetting returns the spec layer of the notify configuration of the
+// named spawn, kept beside the render (never in it).
+func NotifySetting(parsed []*Parsed, spawn string) notify.Setting {
+	for _, p := range parsed {
+		if p.Spawn.Metadata.Name == spawn {
+			return p.Spawn.Spec.Notify.Setting()
+		}
+	}
+	return notify.Setting{}
 }

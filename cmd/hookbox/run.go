@@ -17,6 +17,7 @@ import (
 	"hookbox.dev/hookbox/compiler"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/daemon"
+	"hookbox.dev/hookbox/notify"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/runfiles"
 	"hookbox.dev/hookbox/secrets"
@@ -43,8 +44,9 @@ func (e exitError) Error() string { return e.msg }
 
 func newRunCommand() *cobra.Command {
 	var spawn, address, stateDir string
-	var jsonOut, requireTrace bool
-	var grace time.Duration
+	var jsonOut, requireTrace, noNotify bool
+	var grace, notifyTimeout time.Duration
+	var notifyArgv string
 	cmd := &cobra.Command{
 		Use:   "run SPEC",
 		Short: "Run a spawn in a container and record the run",
@@ -52,10 +54,23 @@ func newRunCommand() *cobra.Command {
 read-only, a tmpfs run dir as the only writable place, no network. The run
 record (render, OCI spec, spawn record, stdout, stderr, artifacts, result)
 is written under the state directory. --json prints one JSON event per line
-(progress, spawned, output, result).`,
+(progress, spawned, output, result, notify).
+
+Once the result is written, a notifier configured by --notify, else the
+spec's notify block, else the notify block of the global config file
+($HOOKBOX_CONFIG, else $XDG_CONFIG_HOME/hookbox/config.yaml) runs on the
+host: no shell, its own process group, a deadline (default 30s). It gets the
+terminal envelope as JSON on stdin and as the argv element {payload}
+({result_path} and {run_id} too). Its outcome is result.json's notify
+section; it never changes the run's status or exit code, and a notify
+configuration error is reported there instead of failing the run.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			renders, err := compiler.CompileFile(args[0])
+			parsed, err := compiler.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			renders, err := compiler.CompileAll(parsed)
 			if err != nil {
 				return err
 			}
@@ -67,8 +82,10 @@ is written under the state directory. --json prints one JSON event per line
 				stateDir = runfiles.DefaultStateDir()
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop() // a second signal must not kill hookbox mid-teardown
-			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace})
+			defer stop()                                                                 // a second signal must not kill hookbox mid-teardown
+			flagged := cmd.Flags().Changed("notify") || cmd.Flags().Changed("no-notify") // --notify-timeout alone adds no layer
+			plan := resolveNotify(notify.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn))
+			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
@@ -77,6 +94,9 @@ is written under the state directory. --json prints one JSON event per line
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
 	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
 	cmd.Flags().BoolVar(&requireTrace, "require-trace", false, "fail before the engine starts when the exec tracer is unavailable")
+	cmd.Flags().StringVar(&notifyArgv, "notify", "", `notifier argv for this run, as a JSON list ('["/usr/local/bin/post", "{payload}"]') or a string split as POSIX words without shell features; overrides the spec and global config`)
+	cmd.Flags().DurationVar(&notifyTimeout, "notify-timeout", 0, "deadline of the --notify notifier (default 30s)")
+	cmd.Flags().BoolVar(&noNotify, "no-notify", false, "run no notifier for this run, whatever the spec or global config says")
 	return cmd
 }
 
@@ -85,6 +105,17 @@ type runFlags struct {
 	json              bool
 	grace             time.Duration
 	requireTrace      bool
+	notify            notify.Plan
+}
+
+// resolveNotify adds the global config layer and resolves the notifier.
+// It never fails: an unusable config is part of the plan.
+func resolveNotify(flag, spec notify.Setting) notify.Plan {
+	var global notify.Setting
+	if path, err := secrets.DefaultConfigPath(os.Getenv); err == nil {
+		global = notify.LoadGlobal(path)
+	}
+	return notify.Resolve(flag, spec, global)
 }
 
 func pickSpawn(renders []*render.Render, name, file string) (*render.Render, error) {
@@ -121,7 +152,10 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 		progressLine(stderr, f.json, "gc", fmt.Sprintf("collected %d leftovers of abandoned runs", len(report.Actions)))
 	}
 
-	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace}
+	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace, Notify: f.notify}
+	if f.notify.Warning != "" && !f.json {
+		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
+	}
 	if f.json {
 		opts.Sink = launcher.NewJSONSink(stdout)
 	} else {
@@ -141,6 +175,11 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 	}
 	if !f.json {
 		printSummary(stderr, res)
+	}
+	// The notify line carries only the redacted snippet and the path of the
+	// raw stderr (CONTRACTS §4).
+	if !f.json && res.Notify != nil && res.Notify.Reason != notify.ReasonNotConfigured {
+		fmt.Fprintf(stderr, "hookbox: notify   %s\n", res.Notify.Describe())
 	}
 	code := exitCodeOf(res)
 	if code == 0 {
