@@ -477,7 +477,7 @@ spec:
 func TestKill9ThenGC(t *testing.T) {
 	e := newEnv(t)
 	marker := fmt.Sprintf("hbx-kill9-%d", time.Now().UnixNano())
-	spec := e.spec("kill9", "- daemonize: {marker: "+marker+"}\n- print: ready\n- sleep: 1h")
+	spec := e.spec("kill9", "- daemonize: {marker: "+marker+"}\n- sleep: 300ms\n- print: ready\n- sleep: 1h")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := e.command(ctx, "run", "--json", "--state-dir", e.state, spec)
@@ -500,8 +500,12 @@ func TestKill9ThenGC(t *testing.T) {
 	if runID == "" {
 		t.Fatal("no event before the kill")
 	}
-	if len(markerProcesses(marker)) == 0 {
-		t.Fatal("test setup: the daemon should still run after hookbox was killed")
+	// The daemon's second fork may still be on its way under load.
+	for deadline := time.Now().Add(10 * time.Second); len(markerProcesses(marker)) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("test setup: the daemon should still run after hookbox was killed")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	out, err := exec.Command(hookboxBin, "gc", "--state-dir", e.state).CombinedOutput()
 	if err != nil {
