@@ -6,12 +6,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hookbox.dev/hookbox/internal/procgroup"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
-	"unsafe"
 )
 
 // DefaultEnvAllow is the notifier's environment by default: the names are
@@ -100,45 +99,21 @@ func Run(ctx context.Context, plan Plan, env Envelope, opts Options) *Outcome {
 	}
 	cmd.Stdin = bytes.NewReader(payload)
 	cmd.Stderr = stderrF // stdout stays nil: /dev/null
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = time.Second
-	err = cmd.Start()
+	stop, startErr, werr := procgroup.Run(ctx, cmd, timeout, opts.Grace)
 	stderrF.Close()
-	if err != nil {
+	if startErr != nil {
 		out.Status, out.Reason = StatusFailed, ReasonStartFailed
-		out.Message = startFailure(err)
+		out.Message = procgroup.StartFailure(startErr)
 		return out
 	}
-	pid := cmd.Process.Pid
-	exited := make(chan struct{})
-	go func() {
-		waitExitedNoReap(pid)
-		close(exited)
-	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
 	stopped := ""
-	select {
-	case <-exited:
-	case <-timer.C:
+	switch stop {
+	case procgroup.TimedOut:
 		stopped = ReasonDeadline
-	case <-ctx.Done():
+	case procgroup.Cancelled:
 		stopped = ReasonCancelled
 	}
-	if stopped != "" {
-		// The leader is alive or an unreaped zombie, so its pid (the
-		// group id) cannot have been reissued.
-		_ = syscall.Kill(-pid, syscall.SIGTERM)
-		grace := time.NewTimer(opts.Grace)
-		select {
-		case <-exited:
-		case <-grace.C:
-		}
-		grace.Stop()
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	<-exited
-	werr := cmd.Wait()
 	if ps := cmd.ProcessState; ps != nil && ps.Exited() {
 		code := ps.ExitCode()
 		out.ExitCode = &code
@@ -157,34 +132,4 @@ func Run(ctx context.Context, plan Plan, env Envelope, opts Options) *Outcome {
 	}
 	out.StderrSnippet = snippet(stderrPath, argv)
 	return out
-}
-
-// startFailure names why Start failed with fixed texts only: the raw error
-// repeats argv[0]'s full path.
-func startFailure(err error) string {
-	var errno syscall.Errno
-	switch {
-	case errors.Is(err, exec.ErrNotFound):
-		return "executable file not found in $PATH"
-	case errors.Is(err, exec.ErrDot):
-		return "found relative to the current directory, which is refused"
-	case errors.As(err, &errno):
-		return errno.Error()
-	}
-	return "could not start"
-}
-
-const pPID = 1 // waitid's P_PID
-
-// waitExitedNoReap blocks until pid has exited, leaving it a zombie
-// (WNOWAIT) so that its pid, the group id, stays reserved until Wait.
-func waitExitedNoReap(pid int) {
-	var info [16]uint64 // siginfo_t, unused
-	for {
-		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
-			uintptr(unsafe.Pointer(&info)), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
-		if errno != syscall.EINTR {
-			return
-		}
-	}
 }

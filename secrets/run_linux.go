@@ -6,10 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hookbox.dev/hookbox/internal/procgroup"
 	"os/exec"
 	"syscall"
 	"time"
-	"unsafe"
 )
 
 // waitDelay bounds how long Wait keeps reading stdout after the lookup and
@@ -29,35 +29,18 @@ func runLookup(ctx context.Context, argv, env []string, timeout time.Duration) (
 	// lookup cannot prompt, and its stderr (which may echo the secret) is
 	// never read.
 	cmd.Stdout = out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = waitDelay
-	if err := cmd.Start(); err != nil {
-		return nil, runResult{reason: ReasonLookupStartFailed, status: -1, detail: startFailure(err)}
+	stop, startErr, err := procgroup.Run(ctx, cmd, timeout, 0)
+	if startErr != nil {
+		return nil, runResult{reason: ReasonLookupStartFailed, status: -1, detail: procgroup.StartFailure(startErr)}
 	}
-	pid := cmd.Process.Pid
-
-	exited := make(chan struct{})
-	go func() {
-		waitExitedNoReap(pid)
-		close(exited)
-	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
 	var stopped runResult
-	select {
-	case <-exited:
-	case <-timer.C:
+	switch stop {
+	case procgroup.TimedOut:
 		stopped = runResult{reason: ReasonLookupTimeout, status: -1}
-	case <-ctx.Done():
+	case procgroup.Cancelled:
 		stopped = runResult{reason: ReasonLookupCanceled, status: -1, err: ctx.Err()}
 	}
-	// The leader is alive or a zombie but not reaped, so its pid — the
-	// group's id — cannot have been reissued: this kill reaches only what
-	// the lookup left in its group.
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	<-exited
-	err := cmd.Wait()
-
 	switch {
 	case stopped.reason != "":
 		clear(out.buf)
@@ -88,35 +71,4 @@ func exitFailure(err error) runResult {
 			detail: "exited, but a process it started outside its process group kept stdout open"}
 	}
 	return runResult{reason: ReasonLookupFailed, status: -1, detail: "failed while its output was read"}
-}
-
-// startFailure names why Start failed using only fixed texts: the raw error
-// would repeat argv[0]'s full path.
-func startFailure(err error) string {
-	var errno syscall.Errno
-	switch {
-	case errors.Is(err, exec.ErrNotFound):
-		return "executable file not found in $PATH"
-	case errors.Is(err, exec.ErrDot):
-		return "it was found relative to the current directory, which is refused"
-	case errors.As(err, &errno):
-		return errno.Error()
-	}
-	return ""
-}
-
-// pPID is waitid's P_PID id type on Linux.
-const pPID = 1
-
-// waitExitedNoReap blocks until pid has exited, leaving it a zombie
-// (WNOWAIT) so that its pid stays reserved until cmd.Wait reaps it.
-func waitExitedNoReap(pid int) {
-	var info [16]uint64 // siginfo_t, unused
-	for {
-		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
-			uintptr(unsafe.Pointer(&info)), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
-		if errno != syscall.EINTR {
-			return
-		}
-	}
 }
