@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"hookbox.dev/hookbox/internal/testenv"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -89,27 +89,10 @@ func TestExamplesGolden(t *testing.T) {
 				t.Fatalf("%v (run go test ./compiler -run Golden -update to create it)", err)
 			}
 			if !bytes.Equal(got.Bytes(), want) {
-				t.Errorf("render of %s differs from %s (run with -update after checking the change):\n%s", file, golden, firstDiff(got.String(), string(want)))
+				t.Errorf("render of %s differs from %s (run with -update after checking the change):\n%s", file, golden, testenv.FirstDiff(got.String(), string(want)))
 			}
 		})
 	}
-}
-
-func firstDiff(got, want string) string {
-	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
-	for i := 0; i < len(g) || i < len(w); i++ {
-		var gl, wl string
-		if i < len(g) {
-			gl = g[i]
-		}
-		if i < len(w) {
-			wl = w[i]
-		}
-		if gl != wl {
-			return "line " + strconv.Itoa(i+1) + ":\n  got:  " + gl + "\n  want: " + wl
-		}
-	}
-	return "(no line differs)"
 }
 
 // TestRenderDeterministic compiles every example many times and from a copy

@@ -16,6 +16,8 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -105,4 +107,23 @@ func RequireIntegration(t testing.TB, reqs ...Requirement) {
 	if os.Getenv(IntegrationEnv) != "1" {
 		t.Skip("integration test: set HOOKBOX_INTEGRATION=1 (as root, with runc) to run it")
 	}
+}
+
+// FirstDiff describes the first line where two texts differ, for golden
+// file failures.
+func FirstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return "line " + strconv.Itoa(i+1) + ":\n  got:  " + gl + "\n  want: " + wl
+		}
+	}
+	return "(no line differs)"
 }

@@ -6,10 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"hookbox.dev/hookbox/internal/testenv"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -105,7 +104,7 @@ func TestExamplesGolden(t *testing.T) {
 				t.Fatalf("%v (run go test ./render/k8s -run Golden -update to create it)", err)
 			}
 			if !bytes.Equal(got, want) {
-				t.Errorf("YAML of %s differs from %s (run with -update after checking the change):\n%s", tc.example, golden, firstDiff(string(got), string(want)))
+				t.Errorf("YAML of %s differs from %s (run with -update after checking the change):\n%s", tc.example, golden, testenv.FirstDiff(string(got), string(want)))
 			}
 		})
 	}
@@ -117,27 +116,10 @@ func TestDeterministic(t *testing.T) {
 		first := exampleYAML(t, tc.example, tc.params)
 		for i := 0; i < 10; i++ {
 			if again := exampleYAML(t, tc.example, tc.params); !bytes.Equal(first, again) {
-				t.Fatalf("%s: output differs on repetition %d:\n%s", tc.example, i, firstDiff(string(again), string(first)))
+				t.Fatalf("%s: output differs on repetition %d:\n%s", tc.example, i, testenv.FirstDiff(string(again), string(first)))
 			}
 		}
 	}
-}
-
-func firstDiff(got, want string) string {
-	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
-	for i := 0; i < len(g) || i < len(w); i++ {
-		var gl, wl string
-		if i < len(g) {
-			gl = g[i]
-		}
-		if i < len(w) {
-			wl = w[i]
-		}
-		if gl != wl {
-			return "line " + strconv.Itoa(i+1) + ":\n  got:  " + gl + "\n  want: " + wl
-		}
-	}
-	return "(no line differs)"
 }
 
 // strictDecoder decodes YAML into k8s.io/api types and fails on unknown
