@@ -14,6 +14,7 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
@@ -104,6 +105,15 @@ func GC(ctx context.Context, client *containerd.Client, stateDir string, dryRun 
 		if err != nil {
 			return report, fmt.Errorf("list snapshots: %w", err)
 		}
+		runLeases, err := client.LeasesService().List(ctx, "labels.\""+LabelRunID+"\"")
+		if err != nil {
+			return report, fmt.Errorf("list leases: %w", err)
+		}
+		for _, l := range runLeases {
+			if id := l.Labels[LabelRunID]; id != "" && !live(id) && !known[id] && !slices.Contains(orphans, l.ID) {
+				orphans = append(orphans, l.ID)
+			}
+		}
 		for _, name := range orphans {
 			record(report, name, "snapshot", "", dryRun, func() error { return removeSnapshot(ctx, client, name) })
 		}
@@ -139,7 +149,7 @@ func collectRun(ctx context.Context, client *containerd.Client, dir string, inte
 	}
 	if client != nil {
 		collectContainer(ctx, client, intent.ContainerID, dryRun, report)
-		if exists, _ := snapshotExists(ctx, client, intent.SnapshotKey); exists {
+		if exists, _ := snapshotExists(ctx, client, intent.SnapshotKey); exists || leaseExists(ctx, client, intent.SnapshotKey) {
 			record(report, id, "snapshot", intent.SnapshotKey, dryRun, func() error { return removeSnapshot(ctx, client, intent.SnapshotKey) })
 		}
 	}
@@ -219,8 +229,19 @@ func snapshotExists(ctx context.Context, client *containerd.Client, key string) 
 	return err == nil, err
 }
 
+func leaseExists(ctx context.Context, client *containerd.Client, id string) bool {
+	list, err := client.LeasesService().List(ctx, "id=="+id)
+	return err == nil && len(list) > 0
+}
+
+// removeSnapshot removes a run's base image view and the lease (named like
+// the view) that protected it; either already gone counts as removed.
 func removeSnapshot(ctx context.Context, client *containerd.Client, key string) error {
 	err := client.SnapshotService(images.Snapshotter).Remove(ctx, key)
+	if err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	err = client.LeasesService().Delete(ctx, leases.Lease{ID: key})
 	if err != nil && !errdefs.IsNotFound(err) {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
@@ -367,8 +368,14 @@ func (x *execution) rootfsMounts(img containerd.Image) ([]mount.Mount, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The view is held by a lease named after the run, so containerd's
+	// garbage collector leaves it alone until teardown (or gc) drops both.
+	if _, err := x.opts.Client.LeasesService().Create(x.ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
+		leases.WithLabels(map[string]string{LabelRunID: x.id})); err != nil && !errdefs.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("lease for the base image view: %w", err)
+	}
 	sn := x.opts.Client.SnapshotService(images.Snapshotter)
-	view, err := sn.View(x.ctx, x.id, identity.ChainID(diffIDs).String(),
+	view, err := sn.View(leases.WithLease(x.ctx, x.id), x.id, identity.ChainID(diffIDs).String(),
 		snapshots.WithLabels(map[string]string{LabelRunID: x.id}))
 	if err != nil {
 		return nil, fmt.Errorf("base image view: %w", err)

@@ -12,7 +12,6 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 
-	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/render"
 )
@@ -159,11 +158,7 @@ func (x *execution) deleteContainer(ctx context.Context) error {
 }
 
 func (x *execution) deleteSnapshot(ctx context.Context) error {
-	err := x.opts.Client.SnapshotService(images.Snapshotter).Remove(ctx, x.id)
-	if err != nil && !errdefs.IsNotFound(err) {
-		return err
-	}
-	return nil
+	return removeSnapshot(ctx, x.opts.Client, x.id)
 }
 
 // writeConfigFiles writes the render's files under render.ConfigDir into

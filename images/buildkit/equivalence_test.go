@@ -303,6 +303,13 @@ func snapshotEntries(ctx context.Context, t *testing.T, cc *containerd.Client, i
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A lease keeps containerd's garbage collector (run by other tests'
+	// deletions) away from the view while it is read.
+	ctx, done, err := cc.WithLease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done(ctx)
 	sn := cc.SnapshotService(images.Snapshotter)
 	key := fmt.Sprintf("hookbox-equivalence-test-%d", time.Now().UnixNano())
 	mounts, err := sn.View(ctx, key, identity.ChainID(diffIDs).String())
