@@ -715,3 +715,46 @@ func TestManagedContainerd(t *testing.T) {
 		t.Error("daemon stop left it running")
 	}
 }
+
+// TestGCSparesOtherStateDirs: a gc over one state dir never touches a live
+// run recorded in another (both share containerd's namespace).
+func TestGCSparesOtherStateDirs(t *testing.T) {
+	e := newEnv(t)
+	spec := e.spec("other", "- print: ready\n- sleep: 1h")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := e.command(ctx, "run", "--json", "--state-dir", e.state, "--grace", "1s", spec)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var runID string
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		var ev launcher.Event
+		json.Unmarshal(sc.Bytes(), &ev)
+		runID = ev.RunID
+		if strings.Contains(sc.Text(), "ready") {
+			break
+		}
+	}
+	other := filepath.Join(t.TempDir(), "other-state")
+	out, err := exec.Command(hookboxBin, "gc", "--state-dir", other).CombinedOutput()
+	if err != nil {
+		t.Fatalf("gc: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), runID) {
+		t.Errorf("gc over another state dir touched live run %s:\n%s", runID, out)
+	}
+	ls, _ := exec.Command("ctr", "--address", containerdAddress(), "-n", "hookbox", "tasks", "ls").CombinedOutput()
+	if !strings.Contains(string(ls), runID) || !strings.Contains(string(ls), "RUNNING") {
+		t.Errorf("the live run's task is gone:\n%s", ls)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	cmd.Wait()
+	e.assertNothingLeft(runID)
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -76,28 +77,34 @@ func GC(ctx context.Context, client *containerd.Client, stateDir string, dryRun 
 	}
 	// Containers and snapshots whose run record is gone or not live.
 	if client != nil {
-		// A run may have started since the records were read: look again
-		// before touching a container or snapshot not seen there.
-		live := func(id string) bool {
-			if slices.Contains(report.Live, id) {
-				return true
+		// Resources whose run record is not in this state dir (another
+		// state dir's runs share the namespace) are collected only when
+		// their own owner labels prove the hookbox that made them is gone.
+		abandoned := func(id string, labels map[string]string) bool {
+			if known[id] || slices.Contains(report.Live, id) {
+				return false // the records pass decided
 			}
-			intent, err := ReadIntent(filepath.Join(RunsDir(stateDir), id))
-			return err == nil && cgroup.ProcessAlive(intent.HookboxPID, intent.HookboxStart)
+			pid, err1 := strconv.Atoi(labels[LabelOwnerPID])
+			start, err2 := strconv.ParseUint(labels[LabelOwnerStart], 10, 64)
+			if err1 != nil || err2 != nil {
+				return false // no proof of abandonment
+			}
+			return !cgroup.ProcessAlive(pid, start)
 		}
 		containers, err := client.Containers(ctx, "labels.\""+LabelRunID+"\"")
 		if err != nil {
 			return report, fmt.Errorf("list containers: %w", err)
 		}
 		for _, c := range containers {
-			if id := c.ID(); !live(id) && !known[id] {
-				collectContainer(ctx, client, id, dryRun, report)
+			labels, err := c.Labels(ctx)
+			if err == nil && abandoned(c.ID(), labels) {
+				collectContainer(ctx, client, c.ID(), dryRun, report)
 			}
 		}
 		sn := client.SnapshotService(images.Snapshotter)
 		var orphans []string
 		err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-			if id := info.Labels[LabelRunID]; id != "" && !live(id) && !known[id] {
+			if id := info.Labels[LabelRunID]; id != "" && abandoned(id, info.Labels) {
 				orphans = append(orphans, info.Name)
 			}
 			return nil
@@ -110,7 +117,7 @@ func GC(ctx context.Context, client *containerd.Client, stateDir string, dryRun 
 			return report, fmt.Errorf("list leases: %w", err)
 		}
 		for _, l := range runLeases {
-			if id := l.Labels[LabelRunID]; id != "" && !live(id) && !known[id] && !slices.Contains(orphans, l.ID) {
+			if id := l.Labels[LabelRunID]; id != "" && abandoned(id, l.Labels) && !slices.Contains(orphans, l.ID) {
 				orphans = append(orphans, l.ID)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +50,10 @@ const (
 	LabelRunID        = "dev.hookbox.run-id"
 	LabelRenderDigest = "dev.hookbox.render-digest"
 	LabelVersion      = "dev.hookbox.version"
+	// The hookbox process that owns a resource, by pid and start time, so
+	// gc can tell an abandoned one from a live one without its run record.
+	LabelOwnerPID   = "dev.hookbox.owner-pid"
+	LabelOwnerStart = "dev.hookbox.owner-start"
 )
 
 // Options configure a run.
@@ -140,6 +145,13 @@ type execution struct {
 
 	killedFor string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
 	trace     *tracing
+	// ownerStart is this hookbox's start time, labelled on what it creates.
+	ownerStart string
+}
+
+// ownerLabels mark a run's containerd resources with their run and owner.
+func (x *execution) ownerLabels() map[string]string {
+	return map[string]string{LabelRunID: x.id, LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwnerStart: x.ownerStart}
 }
 
 func (x *execution) emit(e Event) {
@@ -227,6 +239,7 @@ func (x *execution) prepare() error {
 		CgroupsPath: oci.CgroupsPath(x.id), HookboxPID: os.Getpid(), HookboxStart: self,
 		Address: x.opts.Address, CreatedAt: x.started.UTC(),
 	}
+	x.ownerStart = strconv.FormatUint(self, 10)
 	if err := writeJSON(filepath.Join(x.dir, IntentFile), intent, 0o644); err != nil {
 		return fmt.Errorf("write intent: %w", err)
 	}
@@ -302,6 +315,7 @@ func (x *execution) prepare() error {
 		containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.RuncRoot)),
 		containerd.WithContainerLabels(map[string]string{
 			LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
+			LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwnerStart: x.ownerStart,
 		}))
 	if err != nil {
 		return fmt.Errorf("create container: %w", err)
@@ -371,12 +385,12 @@ func (x *execution) rootfsMounts(img containerd.Image) ([]mount.Mount, error) {
 	// The view is held by a lease named after the run, so containerd's
 	// garbage collector leaves it alone until teardown (or gc) drops both.
 	if _, err := x.opts.Client.LeasesService().Create(x.ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
-		leases.WithLabels(map[string]string{LabelRunID: x.id})); err != nil && !errdefs.IsAlreadyExists(err) {
+		leases.WithLabels(x.ownerLabels())); err != nil && !errdefs.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("lease for the base image view: %w", err)
 	}
 	sn := x.opts.Client.SnapshotService(images.Snapshotter)
 	view, err := sn.View(leases.WithLease(x.ctx, x.id), x.id, identity.ChainID(diffIDs).String(),
-		snapshots.WithLabels(map[string]string{LabelRunID: x.id}))
+		snapshots.WithLabels(x.ownerLabels()))
 	if err != nil {
 		return nil, fmt.Errorf("base image view: %w", err)
 	}
