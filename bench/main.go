@@ -93,7 +93,7 @@ spec:
 		all    []time.Duration
 	}
 	var rows []row
-	var peakRSS int64
+	peakRSS := map[string]int64{}
 	measure := func(name string, cmd func(i int) *exec.Cmd) error {
 		var times []time.Duration
 		for i := 0; i < n; i++ {
@@ -106,8 +106,8 @@ spec:
 			}
 			times = append(times, time.Since(start))
 			if strings.HasPrefix(name, "hookbox run") {
-				if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > peakRSS {
-					peakRSS = ru.Maxrss
+				if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > peakRSS[name] {
+					peakRSS[name] = ru.Maxrss
 				}
 			}
 		}
@@ -149,7 +149,8 @@ spec:
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %.1f ms | %.2f× | %.2f× |\n", r.name, ms(r.median), ms(r.median)/ms(ctrMedian), ms(r.median)/ms(runcMedian))
 	}
-	fmt.Fprintf(&b, "\nhookbox peak RSS during a run: %.1f MiB (max over %d runs)\n", float64(peakRSS)/1024, n)
+	fmt.Fprintf(&b, "\nhookbox peak RSS during a run (max over %d runs): %.1f MiB untraced, %.1f MiB traced\n",
+		n, float64(peakRSS["hookbox run"])/1024, float64(peakRSS["hookbox run (traced)"])/1024)
 	fmt.Fprintf(&b, "\n%d runs each of a trivial spawn (/usr/bin/true; tracing off unless traced), one invocation of `make bench`, %s.\n",
 		n, time.Now().UTC().Format("2006-01-02"))
 	storm, err := execStorm(hookbox, state, ws, work)
@@ -191,11 +192,17 @@ spec:
 		var o outcome
 		spec := specFor(mode)
 		for i := 0; i < 3; i++ {
-			out, err := exec.Command(hookbox, "run", "--json", "--state-dir", state, spec).Output()
-			if err != nil {
-				return o, fmt.Errorf("storm %s: %v", mode, err)
+			// Human mode, as a build host runs it: no event stream to print.
+			// The result comes from the newest run record.
+			if out, err := exec.Command(hookbox, "run", "--state-dir", state, spec).CombinedOutput(); err != nil {
+				return o, fmt.Errorf("storm %s: %v\n%s", mode, err, out)
 			}
-			lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+			records, _ := filepath.Glob(filepath.Join(state, "runs", "*", "result.json"))
+			slices.Sort(records) // run ids sort by start time
+			data, err := os.ReadFile(records[len(records)-1])
+			if err != nil {
+				return o, err
+			}
 			var last struct {
 				Result struct {
 					Timings struct{ Run float64 } `json:"timings_ms"`
@@ -205,9 +212,9 @@ spec:
 						Events  int      `json:"events"`
 					} `json:"trace"`
 					RecordDir string `json:"record_dir"`
-				} `json:"result"`
+				}
 			}
-			if err := json.Unmarshal(lines[len(lines)-1], &last); err != nil {
+			if err := json.Unmarshal(data, &last.Result); err != nil {
 				return o, err
 			}
 			o.runMS = append(o.runMS, last.Result.Timings.Run)

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,6 +58,7 @@ type tracing struct {
 	events   []verify.Event
 	consumed sync.WaitGroup
 	file     *os.File
+	out      *bufio.Writer // trace.jsonl, flushed when the watch ends
 }
 
 // startTracer loads the tracer in the background, so its cost overlaps
@@ -114,7 +116,7 @@ func (x *execution) armTracer(initPID int, cgroupID uint64) error {
 	if err != nil {
 		return err
 	}
-	t.file = f
+	t.file, t.out = f, bufio.NewWriterSize(f, 256<<10)
 	w, err := t.tracer.Watch(cgroupID, ebpf.Policy{Enforce: x.r.Trace.Mode == render.TraceEnforce, Allowed: allowed})
 	if err != nil {
 		t.loadErr = err
@@ -152,7 +154,8 @@ func (x *execution) consumeTrace() {
 	for ev := range t.watch.Events() {
 		line, err := json.Marshal(ev)
 		if err == nil {
-			t.file.Write(append(line, '\n'))
+			t.out.Write(line)
+			t.out.WriteByte('\n')
 			x.emit(Event{Type: EventExec, Exec: line})
 		}
 		t.mu.Lock()
@@ -201,7 +204,8 @@ func (x *execution) finishTrace() {
 		lost++ // a stop that failed cannot vouch for completeness
 	}
 	statsLine, _ := json.Marshal(map[string]any{"kind": "stats", "stats": stats, "incomplete": stats.Incomplete()})
-	t.file.Write(append(statsLine, '\n'))
+	t.out.Write(append(statsLine, '\n'))
+	t.out.Flush()
 	t.file.Close()
 	t.mu.Lock()
 	events := t.events
