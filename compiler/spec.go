@@ -53,7 +53,7 @@ type Params map[string]Param
 
 type Metadata struct {
 	Name   string            `json:"name" doc:"DNS-1123 label (lowercase letters, digits, '-'; at most 63 characters). Names the container and the Kubernetes Job."`
-	Labels map[string]string `json:"labels,omitempty" doc:"Free-form labels copied into the render."`
+	Labels map[string]string `json:"labels,omitempty" doc:"Free-form labels for people and tools. Not part of the render, so they never change its digest."`
 }
 
 type SpawnSpec struct {
