@@ -474,16 +474,18 @@ spec:
 	}
 }
 
-func TestKill9ThenGC(t *testing.T) {
-	e := newEnv(t)
-	marker := fmt.Sprintf("hbx-kill9-%d", time.Now().UnixNano())
-	spec := e.spec("kill9", "- daemonize: {marker: "+marker+"}\n- sleep: 300ms\n- print: ready\n- sleep: 1h")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := e.command(ctx, "run", "--json", "--state-dir", e.state, spec)
-	stdout, _ := cmd.StdoutPipe()
+// startUntil starts `hookbox run --json` in the background and returns once
+// the engine's output contains marker: the command, its run id, and the
+// scanner over the rest of its events (the caller drains or abandons it).
+func (e *env) startUntil(ctx context.Context, spec, marker string, args ...string) (*exec.Cmd, string, *bufio.Scanner) {
+	e.t.Helper()
+	cmd := e.command(ctx, append([]string{"run", "--json", "--state-dir", e.state, spec}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	var runID string
 	sc := bufio.NewScanner(stdout)
@@ -491,11 +493,22 @@ func TestKill9ThenGC(t *testing.T) {
 		var ev launcher.Event
 		json.Unmarshal(sc.Bytes(), &ev)
 		runID = ev.RunID
-		if strings.Contains(sc.Text(), `ready`) {
-			cmd.Process.Kill()
-			break
+		if strings.Contains(sc.Text(), marker) {
+			return cmd, runID, sc
 		}
 	}
+	e.t.Fatalf("the run ended before printing %q", marker)
+	return nil, "", nil
+}
+
+func TestKill9ThenGC(t *testing.T) {
+	e := newEnv(t)
+	marker := fmt.Sprintf("hbx-kill9-%d", time.Now().UnixNano())
+	spec := e.spec("kill9", "- daemonize: {marker: "+marker+"}\n- sleep: 300ms\n- print: ready\n- sleep: 1h")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd, runID, _ := e.startUntil(ctx, spec, "ready")
+	cmd.Process.Kill()
 	cmd.Wait()
 	if runID == "" {
 		t.Fatal("no event before the kill")
@@ -723,21 +736,7 @@ func TestGCSparesOtherStateDirs(t *testing.T) {
 	spec := e.spec("other", "- print: ready\n- sleep: 1h")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := e.command(ctx, "run", "--json", "--state-dir", e.state, "--grace", "1s", spec)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var runID string
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		var ev launcher.Event
-		json.Unmarshal(sc.Bytes(), &ev)
-		runID = ev.RunID
-		if strings.Contains(sc.Text(), "ready") {
-			break
-		}
-	}
+	cmd, runID, sc := e.startUntil(ctx, spec, "ready", "--grace", "1s")
 	other := filepath.Join(t.TempDir(), "other-state")
 	out, err := exec.Command(hookboxBin, "gc", "--state-dir", other).CombinedOutput()
 	if err != nil {
