@@ -52,6 +52,12 @@ type Launch struct {
 	// EnvValues holds the values of host and secret variables, resolved at
 	// launch. A variable without a value gets PlaceholderValue (plan views).
 	EnvValues map[string]string
+	// InheritCgroup leaves the container in its runtime's cgroup, with no
+	// cgroupsPath and no resources: a rootless runtime cannot create a
+	// cgroup where no controller is delegated to it (FIELD-NOTES
+	// "Rootless"). The launcher then moves init into a cgroup it owns and
+	// applies the limits it can there.
+	InheritCgroup bool
 }
 
 // PlaceholderValue stands for a value resolved at launch in specs printed
@@ -73,8 +79,7 @@ func Options(r *render.Render, l Launch) []ctroci.SpecOpts {
 		ctroci.WithNoNewPrivileges,
 		seccomp.WithDefaultProfile(),
 		WithIsolatedNamespaces(),
-		ctroci.WithCgroup(CgroupsPath(l.RunID)),
-		WithLimits(r.Limits),
+		withCgroup(r, l),
 		WithNofile(NofileLimit),
 		WithNoexecDev(),
 		ctroci.WithoutRunMount,
@@ -85,6 +90,19 @@ func Options(r *render.Render, l Launch) []ctroci.SpecOpts {
 			AnnotationSpawn:        r.Spawn,
 		}),
 	}
+}
+
+// withCgroup: hookbox's own cgroupsPath with the render's limits, or (see
+// Launch.InheritCgroup) none of either.
+func withCgroup(r *render.Render, l Launch) ctroci.SpecOpts {
+	if l.InheritCgroup {
+		return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+			ensureLinux(s)
+			s.Linux.CgroupsPath, s.Linux.Resources = "", nil
+			return nil
+		}
+	}
+	return ctroci.Compose(ctroci.WithCgroup(CgroupsPath(l.RunID)), WithLimits(r.Limits))
 }
 
 // Generate builds the spec of a run from containerd's default spec.

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"hookbox.dev/hookbox/internal/userns"
 )
 
 // sealTime is the modification time of every store object (and so of every
@@ -35,7 +37,7 @@ const copyBufSize = 1 << 20
 // else $XDG_DATA_HOME/hookbox, else ~/.local/share/hookbox. It is "" when
 // none of these can be determined (no home directory).
 func DefaultStateDir() string {
-	if os.Geteuid() == 0 {
+	if userns.RealRoot() {
 		return "/var/lib/hookbox"
 	}
 	if x := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(x) {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"hookbox.dev/hookbox/internal/userns"
 )
 
 // DefaultStartTimeout bounds how long Start waits for a new daemon to answer.
@@ -44,6 +46,14 @@ type Managed struct {
 	Log          string // daemon stdout and stderr, appended
 	RuncRoot     string // runc state root for this daemon's tasks (see Endpoint.RuncRoot)
 
+	// Rootless runs the daemon in a user namespace under RootlessKit
+	// (FIELD-NOTES "Rootless"); RootlessKitDir is its --state-dir, whose
+	// child_pid names the process whose namespaces a rootless hookbox
+	// enters. FIFODir is where tasks' stdio FIFOs go.
+	Rootless       bool
+	RootlessKitDir string
+	FIFODir        string
+
 	// Binary is the containerd to start ("" = containerd on PATH).
 	Binary string
 	// StartTimeout bounds waiting for an answer (0 = DefaultStartTimeout).
@@ -68,6 +78,66 @@ func ManagedPaths(stateDir, runtimeDir string) Managed {
 		PIDFile:      filepath.Join(run, "containerd.pid"),
 		RuncRoot:     filepath.Join(run, "runc"),
 	}
+}
+
+// RootlessPaths lays out a non-root user's managed daemon like ManagedPaths
+// (e.g. ~/.local/share/hookbox and $XDG_RUNTIME_DIR/hookbox), run under
+// RootlessKit.
+func RootlessPaths(stateDir, runtimeDir string) Managed {
+	m := ManagedPaths(stateDir, runtimeDir)
+	m.Rootless = true
+	m.RootlessKitDir = filepath.Join(m.RunDir, "rootlesskit")
+	m.FIFODir = filepath.Join(m.RunDir, "fifo")
+	return m
+}
+
+// ChildPID is the pid of RootlessKit's child: its user and mount
+// namespaces are where the daemon, its shims and runc live.
+func (m Managed) ChildPID() (int, error) {
+	return readChildPID(m.RootlessKitDir)
+}
+
+// readChildPID reads <RootlessKit state dir>/child_pid.
+func readChildPID(stateDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, "child_pid"))
+	if err != nil {
+		return 0, fmt.Errorf("rootless containerd: RootlessKit's child pid: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("rootless containerd: %s holds %q, not a pid", filepath.Join(stateDir, "child_pid"), b)
+	}
+	return pid, nil
+}
+
+// rootlessCopyUp are the directories RootlessKit replaces with writable
+// copies in its mount namespace: containerd 1.6 keeps shim sockets under
+// /run/containerd whatever its config says, so the child removes the
+// copies' links to the host's /run/containerd and /run/runc before starting
+// containerd (as nerdctl's containerd-rootless.sh does).
+var rootlessCopyUp = []string{"/etc", "/run"}
+
+// command is the daemon's command line.
+func (m Managed) command(bin string) (*exec.Cmd, error) {
+	if !m.Rootless {
+		return exec.Command(bin, "--config", m.Config), nil
+	}
+	kit, err := exec.LookPath("rootlesskit")
+	if err != nil {
+		return nil, fmt.Errorf("rootless containerd needs rootlesskit: apt-get install rootlesskit uidmap")
+	}
+	if _, err := exec.LookPath("newuidmap"); err != nil {
+		return nil, fmt.Errorf("rootless containerd needs newuidmap: apt-get install uidmap")
+	}
+	// --net=host: slirp4netns needs /dev/net/tun, root-only on many hosts
+	// (FIELD-NOTES); every container still gets its own loopback-only
+	// network namespace from its spec.
+	args := []string{"--net=host", "--state-dir=" + m.RootlessKitDir}
+	for _, d := range rootlessCopyUp {
+		args = append(args, "--copy-up="+d)
+	}
+	args = append(args, "/bin/sh", "-c", `rm -f /run/containerd /run/runc && exec "$@"`, "hookbox-rootless-child", bin, "--config", m.Config)
+	return exec.Command(kit, args...), nil
 }
 
 func (m Managed) lockFile() string { return filepath.Join(m.RunDir, "lock") }
@@ -105,8 +175,8 @@ func (m Managed) Start(ctx context.Context) error {
 	if err := m.validate(); err != nil {
 		return err
 	}
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("%w (euid %d): run hookbox as root, or run containerd rootless under rootlesskit and pass --address", ErrNeedsRoot, os.Geteuid())
+	if !m.Rootless && !userns.RealRoot() {
+		return fmt.Errorf("%w (euid %d): run hookbox as root, or use the rootless backend (hookbox run --rootless)", ErrNeedsRoot, os.Geteuid())
 	}
 	bin, err := containerdBinary(m.Binary)
 	if err != nil {
@@ -158,7 +228,14 @@ func (m Managed) Start(ctx context.Context) error {
 		return fmt.Errorf("managed containerd: %w", err)
 	}
 	defer devnull.Close()
-	cmd := exec.Command(bin, "--config", m.Config)
+	if m.Rootless {
+		// A stale state dir (a killed RootlessKit) would make it refuse.
+		_ = os.RemoveAll(m.RootlessKitDir)
+	}
+	cmd, err := m.command(bin)
+	if err != nil {
+		return err
+	}
 	cmd.Dir = "/"
 	cmd.Env = daemonEnv()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
@@ -191,6 +268,11 @@ func (m Managed) Start(ctx context.Context) error {
 	}
 	if err := m.waitAnswer(ctx, p); err != nil {
 		return fail(err)
+	}
+	if m.Rootless {
+		if _, err := m.ChildPID(); err != nil {
+			return fail(err)
+		}
 	}
 	return nil
 }
@@ -360,7 +442,9 @@ func (m Managed) isOurs(pid int) bool {
 	if err != nil || len(args) == 0 {
 		return false
 	}
-	if !strings.Contains(filepath.Base(args[0]), "containerd") {
+	// A rootless daemon's pid file names RootlessKit, whose command line
+	// ends with containerd's.
+	if base := filepath.Base(args[0]); !strings.Contains(base, "containerd") && base != "rootlesskit" {
 		return false
 	}
 	for i, a := range args {

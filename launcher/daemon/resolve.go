@@ -15,6 +15,8 @@ import (
 	"github.com/containerd/containerd/v2/client"
 
 	"hookbox.dev/hookbox/runfiles"
+
+	"hookbox.dev/hookbox/internal/userns"
 )
 
 // SystemAddress is the system containerd's socket, the last address Resolve
@@ -74,6 +76,12 @@ type Endpoint struct {
 	// ("" = the runtime's default). Set for the managed daemon, whose tasks
 	// would otherwise keep runc state in the system's /run/containerd/runc.
 	RuncRoot string
+	// Rootless: the daemon runs in RootlessKit's user namespace; a rootless
+	// hookbox enters the user and mount namespaces of ChildPID to use it.
+	// FIFODir, when set, is where task stdio FIFOs go.
+	Rootless bool
+	ChildPID int
+	FIFODir  string
 }
 
 // Options tune Resolve. The zero value resolves without auto-start.
@@ -100,7 +108,7 @@ type Options struct {
 // state that must not survive a reboot: /run/hookbox for root, else
 // $XDG_RUNTIME_DIR/hookbox. It is "" when neither applies.
 func DefaultRuntimeDir() string {
-	if os.Geteuid() == 0 {
+	if userns.RealRoot() {
 		return "/run/hookbox"
 	}
 	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
@@ -311,4 +319,104 @@ func progress(f func(string), msg string) {
 	if f != nil {
 		f(msg)
 	}
+}
+
+// EnvRootlessKitStateDir names the RootlessKit state directory of a
+// rootless containerd given by address (--address or $HOOKBOX_CONTAINERD_ADDRESS);
+// RootlessKit itself exports it to its child under this name.
+const EnvRootlessKitStateDir = "ROOTLESSKIT_STATE_DIR"
+
+// ResolveRootless finds the rootless containerd a non-root hookbox uses and
+// the RootlessKit child whose namespaces it must enter, in this order:
+//  1. an address from the flag or $HOOKBOX_CONTAINERD_ADDRESS, with
+//     $ROOTLESSKIT_STATE_DIR (it must answer);
+//  2. a per-user rootless containerd as nerdctl's containerd-rootless.sh
+//     runs it: $XDG_RUNTIME_DIR/containerd/containerd.sock, with
+//     $XDG_RUNTIME_DIR/containerd-rootless/child_pid;
+//  3. hookbox's managed rootless containerd (RootlessPaths), started under
+//     rootlesskit when opts.AutoStart is set.
+//
+// It checks that the daemon answers and returns no client: the caller
+// connects from inside the namespaces.
+func ResolveRootless(ctx context.Context, flagAddr string, opts Options) (Endpoint, error) {
+	timeout := opts.PingTimeout
+	if timeout <= 0 {
+		timeout = DefaultPingTimeout
+	}
+	ping := func(addr string) (string, error) {
+		c, v, err := dialAndPing(ctx, addr, timeout)
+		if err != nil {
+			return "", err
+		}
+		c.Close()
+		return v.Version, nil
+	}
+	if flagAddr != "" || os.Getenv(EnvAddress) != "" {
+		addr, src, err := chooseAddress(flagAddr, os.Getenv(EnvAddress), "")
+		if err != nil {
+			return Endpoint{}, err
+		}
+		kitDir := os.Getenv(EnvRootlessKitStateDir)
+		if kitDir == "" {
+			return Endpoint{}, fmt.Errorf("rootless containerd at %s (from %s): set $%s to its RootlessKit state directory, so hookbox can enter its namespaces", addr, src, EnvRootlessKitStateDir)
+		}
+		v, err := ping(addr)
+		if err != nil {
+			return Endpoint{}, fmt.Errorf("%w (from %s)", err, src)
+		}
+		pid, err := readChildPID(kitDir)
+		if err != nil {
+			return Endpoint{}, err
+		}
+		return Endpoint{Address: addr, Source: src, Version: v, Rootless: true, ChildPID: pid}, nil
+	}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
+		addr := filepath.Join(x, "containerd", "containerd.sock")
+		if v, err := ping(addr); err == nil {
+			if pid, err := readChildPID(filepath.Join(x, "containerd-rootless")); err == nil {
+				return Endpoint{Address: addr, Source: SourceSystem, Version: v, Rootless: true, ChildPID: pid}, nil
+			}
+		}
+	}
+	stateDir, runtimeDir := opts.StateDir, opts.RuntimeDir
+	if stateDir == "" {
+		stateDir = runfiles.DefaultStateDir()
+	}
+	if runtimeDir == "" {
+		runtimeDir = DefaultRuntimeDir()
+	}
+	if stateDir == "" || runtimeDir == "" {
+		return Endpoint{}, errors.New("rootless containerd: no state or runtime directory (set HOME and XDG_RUNTIME_DIR, e.g. XDG_RUNTIME_DIR=/run/user/$(id -u))")
+	}
+	m := RootlessPaths(stateDir, runtimeDir)
+	endpoint := func(v string) (Endpoint, error) {
+		pid, err := m.ChildPID()
+		if err != nil {
+			return Endpoint{}, err
+		}
+		return Endpoint{Address: m.Address, Source: SourceManaged, Managed: true, Version: v, RuncRoot: m.RuncRoot,
+			Rootless: true, ChildPID: pid, FIFODir: m.FIFODir}, nil
+	}
+	if v, err := ping(m.Address); err == nil {
+		return endpoint(v)
+	}
+	if !opts.AutoStart {
+		return Endpoint{}, fmt.Errorf("%w at %s (hookbox's rootless containerd is not running): hookbox run starts it", ErrNoAnswer, m.Address)
+	}
+	bin, err := containerdBinary(opts.ContainerdBinary)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("rootless containerd: %w: apt-get install containerd runc rootlesskit uidmap", err)
+	}
+	m.Binary = bin
+	progress(opts.Progress, fmt.Sprintf("starting the rootless containerd at %s (rootlesskit)", m.Address))
+	began := time.Now()
+	if err := m.Start(ctx); err != nil {
+		return Endpoint{}, err
+	}
+	v, err := ping(m.Address)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("rootless containerd started but %w: see %s", err, m.Log)
+	}
+	progress(opts.Progress, fmt.Sprintf("rootless containerd %s ready (%s)", v, time.Since(began).Round(time.Millisecond)))
+	return endpoint(v)
 }

@@ -1,0 +1,135 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// JobsDir is the directory, inside a delegated subtree, that holds one
+// cgroup per rootless run (FIELD-NOTES "Rootless": jobs/<run-id>).
+const JobsDir = "jobs"
+
+// Delegation is the cgroup2 subtree delegated to this (non-root) user:
+// hookbox creates each run's cgroup below it and moves the task's init
+// process there between create and start, which needs this process — and so
+// the rootless containerd and its shims, started from it — inside the same
+// subtree (moving a process needs write access to the common ancestor's
+// cgroup.procs).
+type Delegation struct {
+	Root string // the delegated subtree, a cgroup path (e.g. /user.slice/user-1000.slice/user@1000.service)
+	Jobs string // Root/jobs: the parent of run cgroups
+}
+
+// FindDelegation finds the subtree delegated to this user from this
+// process's own cgroup2 path: its highest ancestor that the user owns, as
+// systemd's user@.service (Delegate=yes) or hookbox rootless setup makes
+// one. It fails with ErrNotSupported and a fix when there is none.
+func FindDelegation() (Delegation, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return Delegation{}, err
+	}
+	self, err := unifiedPath(string(data))
+	if err != nil {
+		return Delegation{}, err
+	}
+	base, err := unifiedMount()
+	if err != nil {
+		return Delegation{}, err
+	}
+	uid := os.Geteuid()
+	root := delegatedRoot(self, func(p string) bool {
+		fi, err := os.Stat(path.Join(base, p))
+		if err != nil {
+			return false
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		return ok && int(st.Uid) == uid && writable(path.Join(base, p, "cgroup.procs"))
+	})
+	if root == "" {
+		return Delegation{}, fmt.Errorf("this process's cgroup %s is not delegated to uid %d: run `sudo hookbox rootless setup --user $USER` and start your session in it, or use a systemd user session (user@.service, Delegate=yes): %w", self, os.Getuid(), ErrNotSupported)
+	}
+	return Delegation{Root: root, Jobs: path.Join(root, JobsDir)}, nil
+}
+
+func writable(p string) bool { return syscall.Access(p, 2 /* W_OK */) == nil }
+
+// unifiedMount is the directory where the whole cgroup2 hierarchy is
+// mounted.
+func unifiedMount() (string, error) {
+	hs, err := hostHierarchies()
+	if err != nil {
+		return "", err
+	}
+	for _, h := range hs {
+		if h.Unified {
+			if dir := h.dirFor("/"); dir != "" {
+				return dir, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no cgroup2 hierarchy mounted: %w", ErrNotSupported)
+}
+
+// UnifiedDir returns the cgroup2 directory of cgroup path p.
+func UnifiedDir(p string) (string, error) {
+	base, err := unifiedMount()
+	if err != nil {
+		return "", err
+	}
+	return path.Join(base, p), nil
+}
+
+// Place creates the run cgroup d.Jobs/<name>, applies the limits its
+// controllers allow (enabling them in d.Jobs when the subtree offers them),
+// and moves pid into it. It returns the run's cgroup path and the reason id
+// of every limit it could not apply. A failure leaves no directory behind.
+func (d Delegation) Place(name string, pid int, l Limits) (string, []string, error) {
+	jobs, err := UnifiedDir(d.Jobs)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := os.Mkdir(jobs, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", nil, fmt.Errorf("create %s: %w", jobs, err)
+	}
+	// Controllers are enabled in jobs (which holds no process, as cgroup2
+	// requires); a missing one degrades its limit, it does not fail the run.
+	if want := wantedControllers(l); len(want) > 0 {
+		avail, _ := os.ReadFile(path.Join(jobs, "cgroup.controllers"))
+		var enable []string
+		for _, c := range want {
+			if strings.Contains(" "+strings.TrimSpace(string(avail))+" ", " "+c+" ") {
+				enable = append(enable, "+"+c)
+			}
+		}
+		if len(enable) > 0 {
+			_ = os.WriteFile(path.Join(jobs, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0)
+		}
+	}
+	p := path.Join(d.Jobs, name)
+	dir := path.Join(jobs, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", nil, fmt.Errorf("create run cgroup %s: %w", dir, err)
+	}
+	fail := func(err error) (string, []string, error) {
+		_ = os.Remove(dir)
+		return "", nil, err
+	}
+	ctrl, _ := os.ReadFile(path.Join(dir, "cgroup.controllers"))
+	files, degraded := limitFiles(l, strings.Fields(string(ctrl)))
+	for _, f := range files {
+		if err := os.WriteFile(path.Join(dir, f[0]), []byte(f[1]), 0); err != nil {
+			return fail(fmt.Errorf("limit %s=%s on %s: %w", f[0], f[1], dir, err))
+		}
+	}
+	if err := os.WriteFile(path.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		return fail(fmt.Errorf("move pid %d into %s: %w (is the rootless containerd inside the delegated subtree %s?)", pid, dir, err, d.Root))
+	}
+	return p, degraded, nil
+}
