@@ -31,6 +31,9 @@ const (
 	ReasonHarvestPartial     = "harvest-partial"
 	ReasonTeardownIncomplete = "teardown-incomplete"
 	ReasonTracerNotRun       = "tracer-not-run"
+	// ReasonNoRunCgroup (degraded): a rootless run without a delegated
+	// cgroup2 subtree has no cgroup of its own.
+	ReasonNoRunCgroup = "run-cgroup-unavailable"
 )
 
 // Result is result.json.
@@ -42,9 +45,13 @@ type Result struct {
 	Status        string `json:"status"`
 	// ExitCode is the engine's exit code; absent when it never exited on
 	// its own (killed, never started).
-	ExitCode  *int      `json:"exit_code,omitempty"`
-	Signal    string    `json:"signal,omitempty"`
-	Reasons   []string  `json:"reasons,omitempty"`
+	ExitCode *int     `json:"exit_code,omitempty"`
+	Signal   string   `json:"signal,omitempty"`
+	Reasons  []string `json:"reasons,omitempty"`
+	// Degraded lists, as reason ids, protections the backend could not
+	// give this run (rootless: limit-unavailable:memory, run-cgroup-
+	// unavailable…); hookbox doctor says why and how to fix each.
+	Degraded  []string  `json:"degraded,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	StartedAt time.Time `json:"started_at"`
 	EndedAt   time.Time `json:"ended_at"`
@@ -81,4 +88,6 @@ type TraceResult struct {
 	Diffs   []verify.Diff  `json:"diffs,omitempty"`
 	Matched []verify.Match `json:"matched,omitempty"` // which exec satisfied which render rule
 	Events  int            `json:"events,omitempty"`
+	// Detail explains an unavailable tracer and how to make one available.
+	Detail string `json:"detail,omitempty"`
 }

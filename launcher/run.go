@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -64,6 +65,24 @@ type Options struct {
 	// RuncRoot, when set, is where runc keeps its state (a managed
 	// containerd keeps it apart from the system's).
 	RuncRoot string
+	// FIFODir, when set, is where the task's stdio FIFOs are made (the
+	// client's default, /run/containerd/fifo, is root's).
+	FIFODir string
+	// InheritCgroup: the runtime cannot create the run's cgroup (rootless;
+	// oci.Launch.InheritCgroup). With Delegation, hookbox creates
+	// Delegation.Jobs/<run-id> itself and moves init there between create
+	// and start, with the limits its controllers allow; without, the run
+	// has no cgroup of its own: no limits, no trace, and teardown relies on
+	// the container's pid namespace (SIGKILL to init ends every process in
+	// it). NoDelegation says why there is none.
+	InheritCgroup bool
+	Delegation    *cgroup.Delegation
+	NoDelegation  string
+	// Tracer returns the exec tracer runs are watched with (nil: a BPF
+	// tracer loaded in this process). It is called once per run, in the
+	// background; an error makes the verdict unchecked, with the error
+	// text (or an *UnavailableError's ID) as the reason.
+	Tracer func() (ExecTracer, error)
 	// StateDir holds the runfiles store and the run records.
 	StateDir string
 	// Grace between SIGTERM and SIGKILL at teardown (DefaultGrace if 0).
@@ -147,6 +166,8 @@ type execution struct {
 	trace     *tracing
 	// ownerStart is this hookbox's start time, labelled on what it creates.
 	ownerStart string
+	// cgroupsPath is the run's cgroup: oci.CgroupsPath, or a delegated one.
+	cgroupsPath string
 }
 
 // ownerLabels mark a run's containerd resources with their run and owner.
@@ -234,9 +255,16 @@ func (x *execution) prepare() error {
 	if err != nil {
 		return fmt.Errorf("read own start time: %w", err)
 	}
+	x.cgroupsPath = oci.CgroupsPath(x.id)
+	if x.opts.InheritCgroup {
+		x.cgroupsPath = ""
+		if d := x.opts.Delegation; d != nil {
+			x.cgroupsPath = path.Join(d.Jobs, x.id)
+		}
+	}
 	intent := Intent{
 		SchemaVersion: 1, RunID: x.id, Spawn: x.r.Spawn, ContainerID: x.id, SnapshotKey: x.id,
-		CgroupsPath: oci.CgroupsPath(x.id), HookboxPID: os.Getpid(), HookboxStart: self,
+		CgroupsPath: x.cgroupsPath, HookboxPID: os.Getpid(), HookboxStart: self,
 		Address: x.opts.Address, CreatedAt: x.started.UTC(),
 	}
 	x.ownerStart = strconv.FormatUint(self, 10)
@@ -297,6 +325,7 @@ func (x *execution) prepare() error {
 
 	spec, err := oci.Generate(x.ctx, x.r, oci.Launch{
 		RunID: x.id, RenderDigest: digest, Rootfs: "rootfs", Mounts: oci.MountsFromPlan(plan), EnvValues: nonNil(x.opts.Env),
+		InheritCgroup: x.opts.InheritCgroup,
 	})
 	if err != nil {
 		return err
@@ -425,7 +454,7 @@ func (x *execution) create() error {
 	if err != nil {
 		return err
 	}
-	x.task, err = x.container.NewTask(x.ctx, cio.NewCreator(cio.WithStreams(nil, x.stdoutW, x.stderrF)), containerd.WithRootFS(x.rootfs))
+	x.task, err = x.container.NewTask(x.ctx, cio.NewCreator(x.stdioOpts()...), containerd.WithRootFS(x.rootfs))
 	if err != nil {
 		return fmt.Errorf("create task: %w", err)
 	}
@@ -438,15 +467,19 @@ func (x *execution) create() error {
 	if err != nil {
 		return fmt.Errorf("read init start time: %w", err)
 	}
-	if x.cg, err = cgroup.Open(oci.CgroupsPath(x.id)); err != nil {
-		return fmt.Errorf("open run cgroup: %w", err)
+	if err := x.openCgroup(pid); err != nil {
+		return err
 	}
 	spawned := &Spawned{SchemaVersion: 1, RunID: x.id, ContainerID: x.id, InitPID: pid, InitStartTime: startTime,
-		CgroupsPath: oci.CgroupsPath(x.id), RenderDigest: x.result.RenderDigest, StartedAt: time.Now().UTC()}
-	if id, err := x.cg.ID(); err == nil {
-		spawned.CgroupID = id
+		CgroupsPath: x.cgroupsPath, RenderDigest: x.result.RenderDigest, StartedAt: time.Now().UTC()}
+	var cgroupDir string
+	if x.cg != nil {
+		if id, err := x.cg.ID(); err == nil {
+			spawned.CgroupID = id
+		}
+		cgroupDir = x.cg.Unified
 	}
-	if err := x.armTracer(pid, spawned.CgroupID); err != nil {
+	if err := x.armTracer(pid, cgroupDir, spawned.CgroupID); err != nil {
 		return err
 	}
 	// Recorded before anything reads output; failing to record is fatal
@@ -468,6 +501,48 @@ func (x *execution) create() error {
 	if err := x.task.Start(context.WithoutCancel(x.ctx)); err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
+	return nil
+}
+
+func (x *execution) stdioOpts() []cio.Opt {
+	opts := []cio.Opt{cio.WithStreams(nil, x.stdoutW, x.stderrF)}
+	if x.opts.FIFODir != "" {
+		opts = append(opts, cio.WithFIFODir(x.opts.FIFODir))
+	}
+	return opts
+}
+
+// openCgroup opens the run's cgroup once init exists: the one runc made,
+// or (rootless) one hookbox makes in its delegated subtree and moves init
+// into before anything runs. A rootless run without one is degraded, not
+// failed.
+func (x *execution) openCgroup(initPID int) error {
+	if !x.opts.InheritCgroup {
+		var err error
+		if x.cg, err = cgroup.Open(x.cgroupsPath); err != nil {
+			return fmt.Errorf("open run cgroup: %w", err)
+		}
+		return nil
+	}
+	l := x.r.Limits
+	limits := cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, MilliCPUs: l.MilliCPUs}
+	if d := x.opts.Delegation; d != nil {
+		p, degraded, err := d.Place(x.id, initPID, limits)
+		if err == nil {
+			x.result.Degraded = append(x.result.Degraded, degraded...)
+			x.cg, err = cgroup.Open(p)
+			if err != nil {
+				return fmt.Errorf("open run cgroup: %w", err)
+			}
+			return nil
+		}
+		x.opts.NoDelegation = err.Error()
+	}
+	// No cgroup of the run's own: every limit is off.
+	x.cgroupsPath = ""
+	x.result.Degraded = append(x.result.Degraded, ReasonNoRunCgroup)
+	x.result.Degraded = append(x.result.Degraded, cgroup.Unapplied(limits)...)
+	x.progress("cgroup", "no cgroup of its own (%s): no limits, no trace", x.opts.NoDelegation)
 	return nil
 }
 

@@ -46,13 +46,50 @@ func loadTracer() (*ebpf.Tracer, error) {
 	return sharedTracer, tracerErr
 }
 
+// ExecTracer records the execs of a cgroup: a BPF tracer in this process,
+// or a privileged helper serving a rootless hookbox (cmd/hookbox wires it).
+type ExecTracer interface {
+	// Watch arms the tracer on the cgroup whose cgroup2 directory is dir
+	// and whose id is id.
+	Watch(dir string, id uint64, policy ebpf.Policy) (ExecWatch, error)
+}
+
+// ExecWatch is one armed cgroup (see ebpf.Watch).
+type ExecWatch interface {
+	Events() <-chan ebpf.Event
+	Stop() (ebpf.Stats, error)
+}
+
+// UnavailableError is a tracer that cannot run for a known reason: ID is
+// the reason id (the verdict says tracer-unavailable:<ID>), Detail what to
+// do about it.
+type UnavailableError struct{ ID, Detail string }
+
+func (e *UnavailableError) Error() string { return e.ID + ": " + e.Detail }
+
+// localTracer is this process's BPF tracer.
+type localTracer struct{ t *ebpf.Tracer }
+
+func (l localTracer) Watch(_ string, id uint64, policy ebpf.Policy) (ExecWatch, error) {
+	return l.t.Watch(id, policy)
+}
+
+// LocalTracer loads (once per process) the BPF tracer.
+func LocalTracer() (ExecTracer, error) {
+	t, err := loadTracer()
+	if err != nil {
+		return nil, err
+	}
+	return localTracer{t}, nil
+}
+
 // tracing is the exec trace of one run.
 type tracing struct {
 	ready   chan struct{} // closed when the tracer is loaded (or failed to)
-	tracer  *ebpf.Tracer
+	tracer  ExecTracer
 	loadErr error
 
-	watch    *ebpf.Watch
+	watch    ExecWatch
 	ids      verify.FileIdentities
 	mu       sync.Mutex
 	events   []verify.Event
@@ -70,7 +107,11 @@ func (x *execution) startTracer() {
 	x.trace = &tracing{ready: make(chan struct{})}
 	go func() {
 		defer close(x.trace.ready)
-		x.trace.tracer, x.trace.loadErr = loadTracer()
+		load := x.opts.Tracer
+		if load == nil {
+			load = LocalTracer
+		}
+		x.trace.tracer, x.trace.loadErr = load()
 	}()
 }
 
@@ -78,14 +119,14 @@ func (x *execution) startTracer() {
 // exec happens in that cgroup before Start (FIELD-NOTES), so the first
 // event is the engine. It computes the identity of every program as the
 // container sees it. An error is returned only with RequireTrace.
-func (x *execution) armTracer(initPID int, cgroupID uint64) error {
+func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) error {
 	if x.trace == nil {
 		return nil
 	}
 	<-x.trace.ready
 	t := x.trace
 	if t.loadErr == nil && cgroupID == 0 {
-		t.loadErr = errors.New("the run has no cgroup2 id")
+		t.loadErr = &UnavailableError{ID: ReasonNoRunCgroup, Detail: "the run has no cgroup2 directory to watch: " + x.opts.NoDelegation}
 	}
 	if t.loadErr != nil {
 		if x.opts.RequireTrace {
@@ -117,7 +158,7 @@ func (x *execution) armTracer(initPID int, cgroupID uint64) error {
 		return err
 	}
 	t.file, t.out = f, bufio.NewWriterSize(f, 256<<10)
-	w, err := t.tracer.Watch(cgroupID, ebpf.Policy{Enforce: x.r.Trace.Mode == render.TraceEnforce, Allowed: allowed})
+	w, err := t.tracer.Watch(cgroupDir, cgroupID, ebpf.Policy{Enforce: x.r.Trace.Mode == render.TraceEnforce, Allowed: allowed})
 	if err != nil {
 		t.loadErr = err
 		f.Close()
@@ -190,11 +231,16 @@ func (x *execution) finishTrace() {
 	}
 	if t.watch == nil {
 		<-t.ready
-		reason := "not armed"
-		if t.loadErr != nil {
-			reason = t.loadErr.Error()
+		reason, detail := "not armed", ""
+		var unavailable *UnavailableError
+		switch {
+		case errors.As(t.loadErr, &unavailable):
+			reason, detail = unavailable.ID, unavailable.Detail
+		case t.loadErr != nil:
+			reason = shortReason(t.loadErr.Error())
 		}
-		x.result.Trace = verifyResult(verify.Verify(x.r, "", nil, verify.Stats{Attached: false, Reason: shortReason(reason)}, nil))
+		x.result.Trace = verifyResult(verify.Verify(x.r, "", nil, verify.Stats{Attached: false, Reason: reason}, nil))
+		x.result.Trace.Detail = detail
 		return
 	}
 	stats, err := t.watch.Stop()

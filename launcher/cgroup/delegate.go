@@ -61,6 +61,13 @@ func limitFiles(l Limits, controllers []string) (files [][2]string, degraded []s
 	return files, degraded
 }
 
+// Unapplied is the reason id of every limit in l: what a run without a
+// cgroup of its own cannot have.
+func Unapplied(l Limits) []string {
+	_, degraded := limitFiles(l, nil)
+	return degraded
+}
+
 // wantedControllers are the controllers a run's limits need.
 func wantedControllers(l Limits) []string {
 	var out []string

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -108,6 +109,9 @@ type Options struct {
 	StateDir, RuntimeDir string
 	// PingTimeout bounds the containerd probe (0 = daemon.DefaultPingTimeout).
 	PingTimeout time.Duration
+	// TracerSocket is the tracer helper's socket, probed for a non-root
+	// user.
+	TracerSocket string
 }
 
 // Check names, in report order.
@@ -135,7 +139,59 @@ func Run(ctx context.Context, opts Options) Report {
 	}
 	cf := gatherContainerd(ctx, opts, h)
 	rc := gatherRunc(ctx, h.lookPath)
-	return h.report(cf, rc)
+	r := h.report(cf, rc)
+	if h.euid != 0 {
+		r = h.rootlessReport(r, gatherRootlessDaemon(ctx, opts), gatherHelper(opts.TracerSocket))
+	}
+	return r
+}
+
+// rootlessReport adds what a non-root user's rootless runs get: the
+// rootless containerd, their own cgroup (and limits) and the tracer helper.
+func (h host) rootlessReport(r Report, df rootlessDaemonFacts, hf helperFacts) Report {
+	delegated, limits, dc := cgroupDelegationCheck(h, gatherDelegation(h, r.Capabilities.Cgroup2Mount))
+	traced, tc := tracerHelperCheck(h, hf)
+	for i, c := range r.Checks {
+		if c.Name == CheckContainerd {
+			r.Checks[i] = rootlessContainerdCheck(df, r.Capabilities.Rootless)
+		}
+	}
+	r.Checks = append(r.Checks, dc, tc)
+	r.Capabilities.CgroupLimits = r.Capabilities.Rootless && limits
+	r.Capabilities.CanTrace = r.Capabilities.Rootless && traced && delegated
+	r.Capabilities.CanEnforce = r.Capabilities.CanTrace && kernelAtLeast(h, 5, 3)
+	return r
+}
+
+// gatherRootlessDaemon finds the rootless containerd as
+// daemon.ResolveRootless would, without starting one.
+func gatherRootlessDaemon(ctx context.Context, opts Options) rootlessDaemonFacts {
+	timeout := opts.PingTimeout
+	if timeout <= 0 {
+		timeout = daemon.DefaultPingTimeout
+	}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
+		addr := filepath.Join(x, "containerd", "containerd.sock")
+		if v, err := daemon.Ping(ctx, addr, timeout); err == nil {
+			return rootlessDaemonFacts{Address: addr, Kind: "containerd-rootless", Version: v.Version}
+		}
+	}
+	stateDir, runtimeDir := opts.StateDir, opts.RuntimeDir
+	if stateDir == "" {
+		stateDir = runfiles.DefaultStateDir()
+	}
+	if runtimeDir == "" {
+		runtimeDir = daemon.DefaultRuntimeDir()
+	}
+	if stateDir == "" || runtimeDir == "" {
+		return rootlessDaemonFacts{Address: "(no XDG_RUNTIME_DIR)", Kind: "managed"}
+	}
+	m := daemon.RootlessPaths(stateDir, runtimeDir)
+	f := rootlessDaemonFacts{Address: m.Address, Kind: "managed by hookbox"}
+	if st, err := m.Status(ctx); err == nil && st.Answering {
+		f.Version = st.Version
+	}
+	return f
 }
 
 // host is what the filesystem probes read: a root directory laid out like
