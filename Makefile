@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 
-.PHONY: all build generate vmlinux real-engines test integration lint fmt schema fuzz bench demo setup clean
+.PHONY: all build generate vmlinux real-engines test test-rootless integration lint fmt schema fuzz bench demo setup clean
 
 all: build
 
@@ -35,9 +35,16 @@ integration:
 bench: build
 	$(GO) run ./bench -hookbox bin/hookbox -out bench/results.md
 
-## test: unit tests, golden files, fuzz seed corpora (runs every Fuzz* seed)
+## test: unit tests, golden files, fuzz seed corpora (runs every Fuzz* seed);
+## as root with HOOKBOX_INTEGRATION=1 (CI), also the rootless pass
 test:
 	$(GO) test -count=1 ./...
+	@if [ "$$HOOKBOX_INTEGRATION" = 1 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-rootless; fi
+
+## test-rootless: as root, run the Rootless* integration tests as a non-root
+## user in a delegated cgroup subtree, with and without the tracer helper
+test-rootless:
+	bash integration/testdata/rootless.sh
 
 ## lint: gofmt, go vet, and the committed schema is current
 lint:

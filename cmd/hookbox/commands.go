@@ -29,7 +29,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRenderCommand(), newRunCommand(), newVerifyCommand(), newGCCommand(), newPsCommand(), newLogsCommand(),
+	root.AddCommand(newRenderCommand(), newRootlessCommand(), newTracerCommand(), newRunCommand(), newVerifyCommand(), newGCCommand(), newPsCommand(), newLogsCommand(),
 		newDoctorCommand(), newDaemonCommand(), newSchemaCommand(), newImageCommand(), newVersionCommand())
 	return root
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/launcher/doctor"
+	"hookbox.dev/hookbox/tracehelper"
 )
 
 func newDoctorCommand() *cobra.Command {
@@ -16,7 +17,7 @@ func newDoctorCommand() *cobra.Command {
 		Short: "Report what this host can do (containerd, runc, cgroups, overlayfs, tracefs, BTF, BPF, user namespaces, rootless)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			report := doctor.Run(cmd.Context(), doctor.Options{})
+			report := doctor.Run(cmd.Context(), doctor.Options{TracerSocket: tracehelper.SocketPath()})
 			out := cmd.OutOrStdout()
 			if jsonOut {
 				enc := json.NewEncoder(out)

@@ -17,6 +17,7 @@ import (
 	"hookbox.dev/hookbox/compiler"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/daemon"
+	"hookbox.dev/hookbox/launcher/rootless"
 	"hookbox.dev/hookbox/notify"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/runfiles"
@@ -44,7 +45,7 @@ func (e exitError) Error() string { return e.msg }
 
 func newRunCommand() *cobra.Command {
 	var spawn, address, stateDir string
-	var jsonOut, requireTrace, noNotify bool
+	var jsonOut, requireTrace, noNotify, rootlessFlag bool
 	var grace, notifyTimeout time.Duration
 	var notifyArgv string
 	cmd := &cobra.Command{
@@ -78,19 +79,27 @@ configuration error is reported there instead of failing the run.`,
 			if err != nil {
 				return err
 			}
-			if stateDir == "" {
+			inner, isInner := rootless.Inner()
+			switch {
+			case isInner && stateDir == "":
+				stateDir = inner.StateDir
+			case stateDir == "":
 				stateDir = runfiles.DefaultStateDir()
+			}
+			if !isInner && (rootlessFlag || rootlessUser()) {
+				return enterRootless(cmd.Context(), address, stateDir, func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, "rootless", msg) })
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()                                                                 // a second signal must not kill hookbox mid-teardown
 			flagged := cmd.Flags().Changed("notify") || cmd.Flags().Changed("no-notify") // --notify-timeout alone adds no layer
 			plan := resolveNotify(notify.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn))
-			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan})
+			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, rootless: inner})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
 	cmd.Flags().StringVar(&address, "address", "", "containerd socket (default $HOOKBOX_CONTAINERD_ADDRESS, then /run/containerd/containerd.sock, else a managed containerd)")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store and run records (default /var/lib/hookbox as root)")
+	cmd.Flags().BoolVar(&rootlessFlag, "rootless", false, "use the rootless backend (the default when not root): a rootless containerd under RootlessKit")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
 	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
 	cmd.Flags().BoolVar(&requireTrace, "require-trace", false, "fail before the engine starts when the exec tracer is unavailable")
@@ -106,6 +115,8 @@ type runFlags struct {
 	grace             time.Duration
 	requireTrace      bool
 	notify            notify.Plan
+	// rootless: this hookbox was re-executed inside RootlessKit's namespaces.
+	rootless *rootless.Context
 }
 
 // resolveNotify adds the global config layer and resolves the notifier.
@@ -141,7 +152,11 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 	if err != nil {
 		return exitError{exitInfra, err.Error()}
 	}
-	client, endpoint, err := daemon.Resolve(ctx, f.address, daemonOptions(true, f.stateDir,
+	address := f.address
+	if f.rootless != nil {
+		address = f.rootless.Address
+	}
+	client, endpoint, err := daemon.Resolve(ctx, address, daemonOptions(true, f.stateDir,
 		func(msg string) { progressLine(stderr, f.json, "containerd", msg) }))
 	if err != nil {
 		return exitError{exitInfra, err.Error()}
@@ -152,7 +167,10 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 		progressLine(stderr, f.json, "gc", fmt.Sprintf("collected %d leftovers of abandoned runs", len(report.Actions)))
 	}
 
-	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace, Notify: f.notify}
+	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: os.Getenv("XHB_FIFO"), StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace, Notify: f.notify}
+	if f.rootless != nil {
+		rootlessRunOptions(f.rootless, &opts)
+	}
 	if f.notify.Warning != "" && !f.json {
 		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
 	}
@@ -267,6 +285,12 @@ func printSummary(w io.Writer, res *launcher.Result) {
 		fmt.Fprintf(w, "hookbox: error    %s\n", res.Error)
 	}
 	fmt.Fprintf(w, "hookbox: trace    %s (%s) %d execs\n", res.Trace.Status, strings.Join(res.Trace.Reasons, ", "), res.Trace.Events)
+	if res.Trace.Detail != "" {
+		fmt.Fprintf(w, "hookbox:   why    %s\n", res.Trace.Detail)
+	}
+	if len(res.Degraded) > 0 {
+		fmt.Fprintf(w, "hookbox: degraded %s (hookbox doctor says why and how to fix)\n", strings.Join(res.Degraded, ", "))
+	}
 	for _, d := range res.Trace.Diffs {
 		fmt.Fprintf(w, "hookbox:   diff   %s %s[%d]: want %q got %q (pid %d)\n", d.Rule, d.Field, d.Index, d.Want, d.Got, d.EventPID)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/daemon"
+	"hookbox.dev/hookbox/launcher/rootless"
 	"hookbox.dev/hookbox/runfiles"
 )
 
@@ -31,6 +32,18 @@ func newGCCommand() *cobra.Command {
 		Short: "Remove what abandoned runs left behind (processes, containers, snapshots, tmpfs, cgroups)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Rootless: what runs left (tmpfs mounts, containers) lives in
+			// RootlessKit's namespaces, so gc runs there too.
+			inner, isInner := rootless.Inner()
+			switch {
+			case isInner:
+				address = inner.Address
+				if stateDir == "" {
+					stateDir = inner.StateDir
+				}
+			case rootlessUser():
+				return enterRootless(cmd.Context(), address, stateDirOr(stateDir), nil)
+			}
 			client, _, err := daemon.Resolve(cmd.Context(), address, daemonOptions(false, stateDirOr(stateDir), nil))
 			if err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "hookbox: gc without containerd (%v): only processes, tmpfs and cgroups are collected\n", err)

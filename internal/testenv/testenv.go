@@ -127,3 +127,22 @@ func FirstDiff(got, want string) string {
 	}
 	return "(no line differs)"
 }
+
+// RootlessEnv marks the rootless pass of the integration suite (make
+// test-rootless): the tests run as a non-root user, inside a delegated
+// cgroup2 subtree, against a rootless containerd.
+const RootlessEnv = "HOOKBOX_ROOTLESS"
+
+// RequireRootless gates a rootless integration test: under
+// HOOKBOX_ROOTLESS=1 it must run as a non-root user (root fails it); without
+// it, the test skips and says how it runs. CI runs the rootless pass, so a
+// rootless test is never left unrun there.
+func RequireRootless(t testing.TB) {
+	t.Helper()
+	if os.Getenv(RootlessEnv) != "1" {
+		t.Skip("rootless integration test: make test-rootless (as root) runs it as a non-root user")
+	}
+	if os.Geteuid() == 0 {
+		t.Fatalf("%s=1 but running as root: the rootless pass runs as a non-root user", RootlessEnv)
+	}
+}

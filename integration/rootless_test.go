@@ -1,0 +1,286 @@
+package integration
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"hookbox.dev/hookbox/ebpf"
+	"hookbox.dev/hookbox/internal/testenv"
+	"hookbox.dev/hookbox/launcher"
+	"hookbox.dev/hookbox/launcher/doctor"
+	"hookbox.dev/hookbox/tracehelper"
+)
+
+// The rootless pass (make test-rootless) runs these as a non-root user
+// started by `hookbox rootless setup --user … -- <test binary>`, so inside
+// a delegated cgroup2 subtree; hookbox starts its own rootless containerd
+// under rootlesskit. HOOKBOX_TRACER_SOCKET names the tracer helper the
+// pass started as root.
+
+func newRootlessEnv(t *testing.T) *env {
+	t.Helper()
+	testenv.RequireRootless(t)
+	buildTools(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil { // the container's uid reads the workspace
+		t.Fatal(err)
+	}
+	e := &env{t: t, state: filepath.Join(dir, "state"), specDir: filepath.Join(dir, "spec")}
+	if err := os.MkdirAll(filepath.Join(e.specDir, "ws"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(e.specDir, "ws", "README.md"), []byte("workspace\n"), 0o644)
+	t.Cleanup(func() { exec.Command(hookboxBin, "gc", "--state-dir", e.state).Run() })
+	return e
+}
+
+// withoutHelper points hookbox at a socket nothing listens on.
+func (e *env) withoutHelper() { e.extraEnv = append(e.extraEnv, "HOOKBOX_TRACER_SOCKET=/nonexistent/tracer.sock") }
+
+func TestRootlessRunWithHelper(t *testing.T) {
+	e := newRootlessEnv(t)
+	marker := fmt.Sprintf("hbx-rootless-daemon-%d", time.Now().UnixNano())
+	spec := e.spec("rootless", `
+		- print: {type: system, subtype: init}
+		- hook: greet
+		- daemonize: {marker: `+marker+`}
+		- write: {path: /run/hookbox/out/hello.txt, content: "hello rootless\n"}
+		- print: {type: result, subtype: success}
+		- exit: 0`,
+		"  hooks: [{name: greet, event: SessionStart, argv: [/usr/bin/printf, '%s', hook-ran]}]",
+		"  artifacts: [hello.txt]",
+		"  limits: {timeout: 1m, memory: 256Mi, pids: 64}")
+	r := e.run(spec)
+	res := r.mustResult(t)
+	if r.code != 0 || res.Status != launcher.StatusCompleted {
+		t.Fatalf("exit %d, result %+v\nstderr:\n%s", r.code, res, r.stderr)
+	}
+	got, err := os.ReadFile(filepath.Join(res.RecordDir, launcher.ArtifactDir, "out", "hello.txt"))
+	if err != nil || string(got) != "hello rootless\n" {
+		t.Errorf("harvested artifact %q %v", got, err)
+	}
+	if !strings.Contains(r.output(), `"stdout":"hook-ran"`) {
+		t.Errorf("the hook did not run:\n%s", r.output())
+	}
+	if pids := markerProcesses(marker); len(pids) > 0 {
+		t.Errorf("the daemonized grandchild survived teardown: %v", pids)
+	}
+	// Through the helper the trace is complete: confirmed.
+	if res.Trace.Status != "confirmed" || res.Trace.Events != 2 {
+		t.Errorf("trace %+v, want confirmed with 2 execs (engine, hook)", res.Trace)
+	}
+	// The run had a cgroup of its own in the delegated subtree, now gone.
+	var spawned launcher.Spawned
+	readRecord(t, res.RecordDir, launcher.SpawnedFile, &spawned)
+	uid := strconv.Itoa(os.Getuid())
+	if !strings.Contains(spawned.CgroupsPath, "/jobs/") || spawned.CgroupID == 0 {
+		t.Errorf("spawn record cgroup %q id %d: want a delegated jobs/<run-id> cgroup", spawned.CgroupsPath, spawned.CgroupID)
+	}
+	if dir := cgroup2Dir(t, spawned.CgroupsPath); spawned.CgroupsPath != "" {
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("run cgroup %s is still there", dir)
+		}
+	}
+	// Limits the host cannot give are reported, not dropped.
+	t.Logf("uid %s, cgroup %s, degraded %v", uid, spawned.CgroupsPath, res.Degraded)
+	if ctrl := delegatedControllers(t, spawned.CgroupsPath); !strings.Contains(ctrl, "memory") && !contains(res.Degraded, "limit-unavailable:memory") {
+		t.Errorf("no memory controller reaches the subtree (%q) but result.json does not say so: %v", ctrl, res.Degraded)
+	}
+	assertNoRootlessMounts(t, res.RunID)
+}
+
+func TestRootlessSandbox(t *testing.T) {
+	e := newRootlessEnv(t)
+	probe := filepath.Join(os.Getenv("HOOKBOX_TEST_BIN_DIR"), "probe")
+	file := filepath.Join(e.specDir, "probe.yaml")
+	os.WriteFile(file, []byte(`apiVersion: hookbox.dev/v1alpha1
+kind: Spawn
+metadata: {name: probe}
+spec:
+  engine: {kind: exec, path: `+probe+`}
+  workspace: ./ws
+`), 0o644)
+	r := e.run(file)
+	res := r.mustResult(t)
+	if res.Status != launcher.StatusCompleted {
+		t.Fatalf("%s %s\n%s", res.Status, res.Error, r.stderr)
+	}
+	results := map[string]probeResult{}
+	for _, line := range strings.Split(r.output(), "\n") {
+		var p probeResult
+		if json.Unmarshal([]byte(line), &p) == nil && p.Check != "" {
+			results[p.Check] = p
+		}
+	}
+	for check, want := range map[string]bool{"write-root": false, "write-workspace": false, "write-runfiles": false,
+		"exec-run-dir": false, "exec-tmp": false, "write-run-dir": true, "read-workspace": true} {
+		if got, ok := results[check]; !ok || got.OK != want {
+			t.Errorf("%s: %+v, want ok=%v", check, got, want)
+		}
+	}
+	if results["interfaces"].Detail != "lo" || results["uid"].Detail != "65532:65532" || results["cap-eff"].Detail != "0000000000000000" {
+		t.Errorf("identity/network: %+v %+v %+v", results["interfaces"], results["uid"], results["cap-eff"])
+	}
+}
+
+func TestRootlessWithoutHelper(t *testing.T) {
+	e := newRootlessEnv(t)
+	e.withoutHelper()
+	spec := e.spec("nohelper", "- print: {type: result, subtype: success}\n- exit: 0", "  limits: {timeout: 1m}")
+	r := e.run(spec)
+	res := r.mustResult(t)
+	// The documented exit code: the engine's (0); the verdict says why it
+	// is unchecked.
+	if r.code != 0 || res.Status != launcher.StatusCompleted {
+		t.Fatalf("exit %d, result %+v\nstderr:\n%s", r.code, res, r.stderr)
+	}
+	if res.Trace.Status != "unchecked" || !contains(res.Trace.Reasons, "tracer-unavailable:rootless") || res.Trace.Detail == "" {
+		t.Errorf("trace %+v, want unchecked with tracer-unavailable:rootless and a detail", res.Trace)
+	}
+	// --require-trace refuses to start an untraceable run: infra, 120.
+	r = e.run(spec, "--require-trace")
+	if r.code != 120 {
+		t.Errorf("--require-trace without the helper: exit %d, want 120\n%s", r.code, r.stderr)
+	}
+	if r.result != nil && r.result.ExitCode != nil {
+		t.Errorf("the engine ran although the trace was required: %+v", r.result)
+	}
+}
+
+func TestRootlessTimeoutTearsDownDaemons(t *testing.T) {
+	e := newRootlessEnv(t)
+	marker := fmt.Sprintf("hbx-rootless-timeout-%d", time.Now().UnixNano())
+	spec := e.spec("timeout", "- daemonize: {marker: "+marker+"}\n- print: started\n- sleep: 1h", "  limits: {timeout: 3s}")
+	r := e.run(spec)
+	res := r.mustResult(t)
+	if r.code != 121 || res.Status != launcher.StatusTimedOut {
+		t.Fatalf("exit %d status %s, want 121 timed_out\n%s", r.code, res.Status, r.stderr)
+	}
+	if pids := markerProcesses(marker); len(pids) > 0 {
+		t.Errorf("daemonized processes survived teardown: %v", pids)
+	}
+	assertNoRootlessMounts(t, res.RunID)
+}
+
+func TestRootlessHelperRefusesForeignCgroup(t *testing.T) {
+	testenv.RequireRootless(t)
+	c, err := tracehelper.Dial(tracehelper.SocketPath())
+	if err != nil {
+		t.Fatalf("the rootless pass runs a tracer helper: %v", err)
+	}
+	defer c.Close()
+	// The subtree's parent belongs to root, not to this user.
+	foreign := cgroup2Dir(t, "/hookbox-rootless")
+	_, err = c.Watch(foreign, ebpf.Policy{})
+	var refused *tracehelper.RefusedError
+	if !errors.As(err, &refused) || refused.Code != tracehelper.CodeNotOwner {
+		t.Fatalf("watch of root's cgroup %s: %v, want refused with %s", foreign, err, tracehelper.CodeNotOwner)
+	}
+}
+
+func TestRootlessDoctor(t *testing.T) {
+	testenv.RequireRootless(t)
+	buildTools(t)
+	out, err := exec.Command(hookboxBin, "doctor", "--json").Output()
+	if err != nil && len(out) == 0 {
+		t.Fatalf("doctor: %v", err)
+	}
+	var rep doctor.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	byName := map[string]doctor.Check{}
+	for _, c := range rep.Checks {
+		byName[c.Name] = c
+		if c.Status != doctor.OK && c.Fix == "" {
+			t.Errorf("%s is %s without a fix: %s", c.Name, c.Status, c.Detail)
+		}
+	}
+	for _, name := range []string{doctor.CheckContainerd, doctor.CheckRootlesskit, doctor.CheckUIDMap, doctor.CheckSubIDs, doctor.CheckUserNamespaces, doctor.CheckTracerHelper, doctor.CheckCgroupDelegation} {
+		c, ok := byName[name]
+		if !ok {
+			t.Errorf("doctor as non-root has no %s check", name)
+			continue
+		}
+		if name != doctor.CheckCgroupDelegation && c.Status != doctor.OK {
+			t.Errorf("%s: %s %s", name, c.Status, c.Detail)
+		}
+		t.Logf("%-18s %-4s %s", name, c.Status, c.Detail)
+	}
+	if d := byName[doctor.CheckCgroupDelegation]; !strings.Contains(d.Detail, "their own cgroup") {
+		t.Errorf("delegation: %+v, want runs in their own cgroup", d)
+	}
+	if caps := rep.Capabilities; !caps.Rootless || !caps.Tmpfs || !caps.NetworkIsolation || !caps.CanTrace {
+		t.Errorf("capabilities %+v: rootless, tmpfs, network isolation and (through the helper) tracing work here", caps)
+	}
+	// Without the helper, doctor says what that costs and how to fix it.
+	cmd := exec.Command(hookboxBin, "doctor", "--json")
+	cmd.Env = append(os.Environ(), "HOOKBOX_TRACER_SOCKET=/nonexistent/tracer.sock")
+	out, _ = cmd.Output()
+	rep = doctor.Report{}
+	json.Unmarshal(out, &rep)
+	for _, c := range rep.Checks {
+		if c.Name == doctor.CheckTracerHelper && (c.Status != doctor.Warn || !strings.Contains(c.Detail, "tracer-unavailable:rootless") || c.Fix == "") {
+			t.Errorf("without the helper: %+v", c)
+		}
+	}
+	if rep.Capabilities.CanTrace {
+		t.Error("without the helper, doctor must not claim tracing")
+	}
+}
+
+func readRecord(t *testing.T, dir, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// cgroup2Dir is the cgroup2 directory of a cgroup path on this host.
+func cgroup2Dir(t *testing.T, p string) string {
+	t.Helper()
+	for _, base := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(filepath.Join(base, "cgroup.controllers")); err == nil {
+			return filepath.Join(base, p)
+		}
+	}
+	t.Fatal("no cgroup2 hierarchy")
+	return ""
+}
+
+// delegatedControllers are the controllers offered to a run's cgroup's
+// parent (jobs).
+func delegatedControllers(t *testing.T, runCgroup string) string {
+	b, _ := os.ReadFile(filepath.Join(cgroup2Dir(t, filepath.Dir(runCgroup)), "cgroup.controllers"))
+	return string(b)
+}
+
+// assertNoRootlessMounts: the run's tmpfs is gone from RootlessKit's mount
+// namespace, where hookbox mounted it.
+func assertNoRootlessMounts(t *testing.T, runID string) {
+	t.Helper()
+	pidFile, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "hookbox", "containerd", "rootlesskit", "child_pid"))
+	if len(pidFile) == 0 {
+		t.Fatal("no RootlessKit child_pid: the managed rootless containerd is not running")
+	}
+	pid, _ := os.ReadFile(pidFile[0])
+	info, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(pid)), "mountinfo"))
+	if err != nil {
+		t.Fatalf("mountinfo of RootlessKit's child: %v", err)
+	}
+	if strings.Contains(string(info), runID) {
+		t.Errorf("a mount of run %s is still in RootlessKit's mount namespace", runID)
+	}
+}
