@@ -43,7 +43,9 @@ func newRootlessEnv(t *testing.T) *env {
 }
 
 // withoutHelper points hookbox at a socket nothing listens on.
-func (e *env) withoutHelper() { e.extraEnv = append(e.extraEnv, "HOOKBOX_TRACER_SOCKET=/nonexistent/tracer.sock") }
+func (e *env) withoutHelper() {
+	e.extraEnv = append(e.extraEnv, "HOOKBOX_TRACER_SOCKET=/nonexistent/tracer.sock")
+}
 
 func TestRootlessRunWithHelper(t *testing.T) {
 	e := newRootlessEnv(t)
