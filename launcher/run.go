@@ -162,8 +162,11 @@ type execution struct {
 	stderrF   *os.File
 	activity  chan struct{}
 
-	killedFor string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
-	trace     *tracing
+	// engineStarted: the task was started; before that, an exit status is
+	// runc init's, never the engine's.
+	engineStarted bool
+	killedFor     string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
+	trace         *tracing
 	// ownerStart is this hookbox's start time, labelled on what it creates.
 	ownerStart string
 	// cgroupsPath is the run's cgroup: oci.CgroupsPath, or a delegated one.
@@ -501,6 +504,7 @@ func (x *execution) create() error {
 	if err := x.task.Start(context.WithoutCancel(x.ctx)); err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
+	x.engineStarted = true
 	return nil
 }
 
@@ -620,6 +624,9 @@ func (x *execution) wait() {
 }
 
 func (x *execution) recordExit(st containerd.ExitStatus) {
+	if !x.engineStarted {
+		return
+	}
 	if err := st.Error(); err != nil {
 		x.result.Error = "wait: " + err.Error()
 		return

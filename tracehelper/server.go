@@ -158,6 +158,9 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	}
 }
 
+// errHungUp: the client closed the connection without sending a byte.
+var errHungUp = errors.New("hung up before a request")
+
 // handle serves one connection: request, then the stream.
 func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
@@ -169,6 +172,9 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 	rr := newRightsReader(c)
 	br := bufio.NewReader(rr)
 	w, cgroupID, err := s.open(ctx, c, peer, rr, br)
+	if errors.Is(err, errHungUp) {
+		return // a liveness probe (hookbox doctor): nothing to log
+	}
 	if err != nil {
 		var ref *RefusedError
 		if !errors.As(err, &ref) {
@@ -214,6 +220,8 @@ func (s *Server) open(ctx context.Context, c *net.UnixConn, peer *unix.Ucred, rr
 		return nil, 0, refusal(CodeBadRequest, "request longer than %d bytes (at most %d allowed files per watch)", MaxRequestSize, MaxAllowed)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return nil, 0, refusal(CodeBadRequest, "no request within %s of connecting", s.requestTimeout)
+	case errors.Is(err, io.EOF) && len(received) == 0:
+		return nil, 0, errHungUp
 	case err != nil:
 		return nil, 0, refusal(CodeBadRequest, "reading the request: %v", err)
 	}
