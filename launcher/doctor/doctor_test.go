@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
@@ -215,4 +216,33 @@ func layoutByStatfs(t *testing.T) string {
 		return "v1"
 	}
 	return ""
+}
+
+func TestRootlessChecks(t *testing.T) {
+	user := host{euid: 1001, user: "alice"}
+	// Delegated subtree with no controller (a hybrid host after rootless
+	// setup): own cgroups, no limits.
+	delegated, limits, c := cgroupDelegationCheck(user, delegationFacts{Self: "/hookbox-rootless/1001/session", Root: "/hookbox-rootless/1001"})
+	if !delegated || limits || c.Status != Warn || !strings.Contains(c.Detail, "limit-unavailable:cpu, limit-unavailable:memory, limit-unavailable:pids") || c.Fix == "" {
+		t.Errorf("hybrid after setup: %v %v %+v", delegated, limits, c)
+	}
+	delegated, limits, c = cgroupDelegationCheck(user, delegationFacts{Root: "/user.slice/user-1001.slice/user@1001.service", Controllers: []string{"cpu", "memory", "pids", "io"}})
+	if !delegated || !limits || c.Status != OK {
+		t.Errorf("systemd delegation: %v %v %+v", delegated, limits, c)
+	}
+	delegated, _, c = cgroupDelegationCheck(user, delegationFacts{Self: "/"})
+	if delegated || c.Status != Warn || !strings.Contains(c.Detail, "run-cgroup-unavailable") || !strings.Contains(c.Fix, "rootless setup --user alice") {
+		t.Errorf("no delegation: %v %+v", delegated, c)
+	}
+	traced, c := tracerHelperCheck(user, helperFacts{Socket: "/run/x.sock", Err: errors.New("connect: no such file")})
+	if traced || c.Status != Warn || !strings.Contains(c.Detail, "tracer-unavailable:rootless") || !strings.Contains(c.Fix, "hookbox tracer serve") {
+		t.Errorf("no helper: %v %+v", traced, c)
+	}
+	if traced, c := tracerHelperCheck(user, helperFacts{Socket: "/run/x.sock"}); !traced || c.Status != OK {
+		t.Errorf("helper: %v %+v", traced, c)
+	}
+	// Doctor reads the helper's socket for real.
+	if f := gatherHelper(filepath.Join(t.TempDir(), "none.sock")); f.Err == nil {
+		t.Error("a missing socket answered")
+	}
 }

@@ -357,7 +357,7 @@ func bpfCheck(h host) Check {
 	default:
 		c.Status = Warn
 		c.Detail = fmt.Sprintf("euid %d without CAP_BPF and CAP_PERFMON (%s): the exec tracer needs privilege", h.euid, sysctl)
-		c.Fix = "run hookbox as root, or grant it CAP_BPF and CAP_PERFMON"
+		c.Fix = "run hookbox as root; rootless runs are traced through the tracer helper instead (see the tracer-helper check)"
 	}
 	return c
 }

@@ -236,7 +236,7 @@ func TestBPF(t *testing.T) {
 		{"root, this machine", "000001fffeffffff", 0, OK, "euid 0 with CAP_SYS_ADMIN (kernel.unprivileged_bpf_disabled=2)", ""},
 		{"bpf and perfmon", "000000c000000000", 1000, OK, "euid 1000 with CAP_BPF and CAP_PERFMON", ""},
 		{"bpf only", "0000008000000000", 1000, Warn, "without CAP_BPF and CAP_PERFMON", "run hookbox as root"},
-		{"unprivileged", "0000000000000000", 1000, Warn, "kernel.unprivileged_bpf_disabled=2", "CAP_BPF and CAP_PERFMON"},
+		{"unprivileged", "0000000000000000", 1000, Warn, "kernel.unprivileged_bpf_disabled=2", "tracer helper"},
 		{"restricted root", "00000000a80425fb", 0, Warn, "restricted container", "grant CAP_BPF"},
 	}
 	for _, tt := range tests {
