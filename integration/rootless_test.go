@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -295,5 +297,74 @@ func assertNoRootlessMounts(t *testing.T, runID string) {
 	}
 	if strings.Contains(string(info), runID) {
 		t.Errorf("a mount of run %s is still in RootlessKit's mount namespace", runID)
+	}
+}
+
+func TestRootlessEnforceThroughHelper(t *testing.T) {
+	e := newRootlessEnv(t)
+	marker := "/run/hookbox/out/should-not-exist"
+	spec := e.spec("enforce", "- exec: [/usr/bin/touch, "+marker+"]\n- print: after\n- exit: 0",
+		"  tools: [/usr/bin/touch]", "  trace: {mode: enforce, allow: []}")
+	r := e.run(spec)
+	res := r.mustResult(t)
+	if res.Trace.Status != "mismatch" || !hasReason(res, "killed-exec") || r.code != 124 {
+		t.Fatalf("enforce through the helper: exit %d, %+v\n%s", r.code, res.Trace, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(res.RecordDir, launcher.ArtifactDir, "out", "should-not-exist")); err == nil {
+		t.Fatal("the killed program ran: its marker file exists")
+	}
+}
+
+func TestRootlessCtrlCThenKill9ThenGC(t *testing.T) {
+	e := newRootlessEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// Ctrl-C: the re-executed hookbox gets the signal itself (nsenter
+	// execs it in place) and tears down.
+	marker := fmt.Sprintf("hbx-rootless-ctrlc-%d", time.Now().UnixNano())
+	spec := e.spec("ctrlc", "- daemonize: {marker: "+marker+"}\n- sleep: 300ms\n- print: ready\n- sleep: 1h")
+	cmd, runID, sc := e.startUntil(ctx, spec, "ready", "--grace", "2s")
+	cmd.Process.Signal(syscall.SIGINT)
+	for sc.Scan() {
+	}
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 122 {
+		t.Errorf("Ctrl-C: %v, want exit 122", err)
+	}
+	if pids := markerProcesses(marker); len(pids) > 0 {
+		t.Errorf("processes survived Ctrl-C: %v", pids)
+	}
+	assertNoRootlessMounts(t, runID)
+
+	// kill -9: what the run left (container, tmpfs in RootlessKit's mount
+	// namespace, run cgroup, the daemon) is gc's, run as the user.
+	marker = fmt.Sprintf("hbx-rootless-kill9-%d", time.Now().UnixNano())
+	spec = e.spec("kill9", "- daemonize: {marker: "+marker+"}\n- sleep: 300ms\n- print: ready\n- sleep: 1h")
+	cmd, runID, _ = e.startUntil(ctx, spec, "ready")
+	cmd.Process.Kill()
+	cmd.Wait()
+	for deadline := time.Now().Add(10 * time.Second); len(markerProcesses(marker)) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("test setup: the daemon should still run after hookbox was killed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, err := exec.Command(hookboxBin, "gc", "--state-dir", e.state).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), runID) {
+		t.Fatalf("gc: %v, did not report the abandoned run:\n%s", err, out)
+	}
+	if pids := markerProcesses(marker); len(pids) > 0 {
+		t.Errorf("gc left processes: %v", pids)
+	}
+	assertNoRootlessMounts(t, runID)
+	var spawned launcher.Spawned
+	readRecord(t, filepath.Join(e.state, "runs", runID), launcher.SpawnedFile, &spawned)
+	if _, err := os.Stat(cgroup2Dir(t, spawned.CgroupsPath)); spawned.CgroupsPath == "" || err == nil {
+		t.Errorf("run cgroup %q is still there after gc", spawned.CgroupsPath)
+	}
+	again, _ := exec.Command(hookboxBin, "gc", "--state-dir", e.state).CombinedOutput()
+	if !strings.Contains(string(again), "nothing to collect") {
+		t.Errorf("a second gc must do nothing:\n%s", again)
 	}
 }
