@@ -123,27 +123,7 @@ spec:
   engine: {kind: exec, path: `+probe+`}
   workspace: ./ws
 `), 0o644)
-	r := e.run(file)
-	res := r.mustResult(t)
-	if res.Status != launcher.StatusCompleted {
-		t.Fatalf("%s %s\n%s", res.Status, res.Error, r.stderr)
-	}
-	results := map[string]probeResult{}
-	for _, line := range strings.Split(r.output(), "\n") {
-		var p probeResult
-		if json.Unmarshal([]byte(line), &p) == nil && p.Check != "" {
-			results[p.Check] = p
-		}
-	}
-	for check, want := range map[string]bool{"write-root": false, "write-workspace": false, "write-runfiles": false,
-		"exec-run-dir": false, "exec-tmp": false, "write-run-dir": true, "read-workspace": true} {
-		if got, ok := results[check]; !ok || got.OK != want {
-			t.Errorf("%s: %+v, want ok=%v", check, got, want)
-		}
-	}
-	if results["interfaces"].Detail != "lo" || results["uid"].Detail != "65532:65532" || results["cap-eff"].Detail != "0000000000000000" {
-		t.Errorf("identity/network: %+v %+v %+v", results["interfaces"], results["uid"], results["cap-eff"])
-	}
+	checkProbeRun(t, e.run(file))
 }
 
 func TestRootlessWithoutHelper(t *testing.T) {

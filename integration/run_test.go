@@ -457,7 +457,14 @@ spec:
   engine: {kind: exec, path: `+probe+`}
   workspace: ./ws
 `), 0o644)
-	r := e.run(file)
+	checkProbeRun(t, e.run(file))
+}
+
+// checkProbeRun checks what the probe engine found in its sandbox: every
+// write outside the run dir and every exec from a writable place failed,
+// it saw only lo, ran as 65532 with no capabilities.
+func checkProbeRun(t *testing.T, r *run) {
+	t.Helper()
 	res := r.mustResult(t)
 	if res.Status != launcher.StatusCompleted {
 		t.Fatalf("%s %s\n%s", res.Status, res.Error, r.stderr)

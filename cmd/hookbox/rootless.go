@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/ebpf"
+	"hookbox.dev/hookbox/internal/userns"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/launcher/daemon"
@@ -52,8 +53,8 @@ func enterRootless(ctx context.Context, address, stateDir string, progress func(
 }
 
 // rootlessUser: this process is not root on the host (euid 0 inside a
-// foreign user namespace counts as not root).
-func rootlessUser() bool { return rootless.Wanted(false) }
+// user namespace is not root there), so runs use the rootless backend.
+func rootlessUser() bool { return !userns.RealRoot() }
 
 // dialTracerHelper connects to `hookbox tracer serve`, or says why not.
 func dialTracerHelper() (*os.File, string) {

@@ -1,9 +1,11 @@
 // Package cgroup owns reading and signalling a run's cgroups on the host. It
-// never creates containers, and it never creates a run's cgroup: runc does
-// that from the spec's linux.cgroupsPath (cgroupfs driver, e.g.
-// /hookbox/<run-id>). This package finds that path in every mounted
-// hierarchy, lists and signals its members, waits for it to empty, reads its
-// memory events and removes it.
+// never creates containers. As root it never creates a run's cgroup: runc
+// does that from the spec's linux.cgroupsPath (cgroupfs driver, e.g.
+// /hookbox/<run-id>). Rootless, runc cannot, and Delegation.Place creates it
+// inside the cgroup2 subtree delegated to the user (see Delegation). This
+// package finds a run's path in every mounted hierarchy, lists and signals
+// its members, waits for it to empty, reads its memory events and removes
+// it.
 //
 // # Layouts
 //

@@ -148,6 +148,17 @@ func cgroupLayoutCheck(cg cgroups, mountsErr error) Check {
 // limitControllers are the controllers a run's limits use.
 var limitControllers = []string{"cpu", "memory", "pids"}
 
+// missingLimitControllers are the limitControllers not in have.
+func missingLimitControllers(have map[string]bool) []string {
+	var missing []string
+	for _, n := range limitControllers {
+		if !have[n] {
+			missing = append(missing, n)
+		}
+	}
+	return missing
+}
+
 // cgroupControllersCheck: are the limit controllers there, and may this
 // user use them? On v1 and hybrid hosts runc applies limits through the v1
 // controllers; on v2 through the cgroup2 tree. Without root, limits need a
@@ -174,13 +185,7 @@ func cgroupControllersCheck(h host, cg cgroups) (bool, Check) {
 		have = readControllers(h.path(filepath.Join(dir, "cgroup.controllers")))
 		where = filepath.Join(dir, "cgroup.controllers")
 	}
-	var missing []string
-	for _, n := range limitControllers {
-		if !have[n] {
-			missing = append(missing, n)
-		}
-	}
-	if len(missing) > 0 {
+	if missing := missingLimitControllers(have); len(missing) > 0 {
 		c.Status = Warn
 		c.Detail = fmt.Sprintf("no %s controller in %s: those limits are not enforced", strings.Join(missing, ", "), where)
 		c.Fix = "enable the controllers (kernel command line, e.g. cgroup_enable=memory; on v2, +memory +pids +cpu in the parent's cgroup.subtree_control)"

@@ -104,13 +104,7 @@ func cgroupDelegationCheck(h host, f delegationFacts) (delegated, limits bool, c
 	for _, n := range f.Controllers {
 		have[n] = true
 	}
-	var missing []string
-	for _, n := range limitControllers {
-		if !have[n] {
-			missing = append(missing, n)
-		}
-	}
-	if len(missing) > 0 {
+	if missing := missingLimitControllers(have); len(missing) > 0 {
 		c.Status = Warn
 		c.Detail = fmt.Sprintf("runs get their own cgroup under %s/jobs (traceable, killed as a whole), but no %s controller reaches it: limit-unavailable:%s", f.Root, strings.Join(missing, ", "), strings.Join(missing, ", limit-unavailable:"))
 		c.Fix = "on a hybrid host v1 controllers are never delegated: use a cgroup v2 host (systemd.unified_cgroup_hierarchy=1), or run as root"

@@ -57,13 +57,6 @@ func Inner() (*Context, bool) {
 	return &c, true
 }
 
-// Wanted reports whether hookbox should use the rootless backend: asked
-// for, or running as a non-root user (root in a user namespace that is not
-// a rootless hookbox's counts as non-root).
-func Wanted(flag bool) bool {
-	return flag || !userns.RealRoot()
-}
-
 // Enter replaces this process with hookbox re-executed by nsenter in the
 // user and mount namespaces of endpoint's RootlessKit child, with args
 // (os.Args[1:] as given) and the Context in the environment. The working
