@@ -50,7 +50,10 @@ for _ in $(seq 100); do [ -S "$socket" ] && break; sleep 0.1; done
 
 "$work/hookbox" rootless setup --user "$user"
 status=0
+# The root pass's knobs (its containerd address, …) are not the user's.
 (cd "$work" && "$work/hookbox" rootless setup --user "$user" -- env \
+	-u HOOKBOX_CONTAINERD_ADDRESS -u HOOKBOX_SYSTEM_CONTAINERD_ADDRESS -u HOOKBOX_RUNTIME_DIR \
+	-u HOOKBOX_REQUIRE_ROOT -u HOOKBOX_REQUIRE_BUILDKIT -u HOOKBOX_BUILDKIT_ADDR \
 	HOOKBOX_INTEGRATION=1 HOOKBOX_ROOTLESS=1 HOOKBOX_TEST_BIN_DIR="$work" \
 	HOOKBOX_TRACER_SOCKET="$socket" TMPDIR=/var/tmp \
 	"$work/integration.test" -test.run '^TestRootless' -test.count=1 -test.v -test.timeout 15m) || status=$?
