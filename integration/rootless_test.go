@@ -348,3 +348,32 @@ func TestRootlessCtrlCThenKill9ThenGC(t *testing.T) {
 		t.Errorf("a second gc must do nothing:\n%s", again)
 	}
 }
+
+// TestRootlessUndelegated runs outside any delegated cgroup subtree (the
+// rootless pass's second phase starts it with plain runuser): the run has no
+// cgroup of its own, says so, and teardown still ends a daemonized
+// grandchild through the container's pid namespace.
+func TestRootlessUndelegated(t *testing.T) {
+	if os.Getenv("HOOKBOX_ROOTLESS_UNDELEGATED") != "1" {
+		t.Skip("runs in the rootless pass's second phase, outside the delegated subtree")
+	}
+	e := newRootlessEnv(t)
+	marker := fmt.Sprintf("hbx-rootless-undelegated-%d", time.Now().UnixNano())
+	spec := e.spec("undelegated", "- daemonize: {marker: "+marker+"}\n- sleep: 300ms\n- print: started\n- exit: 0",
+		"  limits: {timeout: 1m, memory: 128Mi}")
+	r := e.run(spec)
+	res := r.mustResult(t)
+	if r.code != 0 || res.Status != launcher.StatusCompleted {
+		t.Fatalf("exit %d, result %+v\nstderr:\n%s", r.code, res, r.stderr)
+	}
+	if !contains(res.Degraded, launcher.ReasonNoRunCgroup) || !contains(res.Degraded, "limit-unavailable:memory") {
+		t.Errorf("degraded %v, want run-cgroup-unavailable and limit-unavailable:memory", res.Degraded)
+	}
+	if res.Trace.Status != "unchecked" {
+		t.Errorf("a run without a cgroup cannot be traced: %+v", res.Trace)
+	}
+	if pids := markerProcesses(marker); len(pids) > 0 {
+		t.Errorf("the daemonized grandchild survived teardown: %v", pids)
+	}
+	assertNoRootlessMounts(t, res.RunID)
+}

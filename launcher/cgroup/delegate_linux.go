@@ -53,7 +53,7 @@ func FindDelegation() (Delegation, error) {
 		return ok && int(st.Uid) == uid && writable(path.Join(base, p, "cgroup.procs"))
 	})
 	if root == "" {
-		return Delegation{}, fmt.Errorf("this process's cgroup %s is not delegated to uid %d: run `sudo hookbox rootless setup --user $USER` and start your session in it, or use a systemd user session (user@.service, Delegate=yes): %w", self, os.Getuid(), ErrNotSupported)
+		return Delegation{}, fmt.Errorf("this process's cgroup %s is not delegated to this user: run `sudo hookbox rootless setup --user $USER` and start your session in it, or use a systemd user session (user@.service, Delegate=yes): %w", self, ErrNotSupported)
 	}
 	return Delegation{Root: root, Jobs: path.Join(root, JobsDir)}, nil
 }
