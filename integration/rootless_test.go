@@ -377,3 +377,62 @@ func TestRootlessUndelegated(t *testing.T) {
 	}
 	assertNoRootlessMounts(t, res.RunID)
 }
+
+// TestRootlessExistingContainerd: a rootless containerd the user already
+// runs the way nerdctl's containerd-rootless.sh does ($XDG_RUNTIME_DIR/
+// containerd/containerd.sock, RootlessKit state in $XDG_RUNTIME_DIR/
+// containerd-rootless) is found and used; so is one named by --address with
+// $ROOTLESSKIT_STATE_DIR.
+func TestRootlessExistingContainerd(t *testing.T) {
+	e := newRootlessEnv(t)
+	xdg := os.Getenv("XDG_RUNTIME_DIR")
+	sock := filepath.Join(xdg, "containerd", "containerd.sock")
+	kitDir := filepath.Join(xdg, "containerd-rootless")
+	root := filepath.Join(rootlessStateDir(t), "nerdctl-style")
+	os.MkdirAll(filepath.Dir(sock), 0o700)
+	config := filepath.Join(root, "config.toml")
+	os.MkdirAll(root, 0o700)
+	os.WriteFile(config, []byte(fmt.Sprintf("version = 2\nroot = %q\nstate = %q\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = %q\n[ttrpc]\n  address = %q\n",
+		filepath.Join(root, "root"), filepath.Join(xdg, "containerd", "state"), sock, sock+".ttrpc")), 0o600)
+	os.RemoveAll(kitDir)
+	kit := exec.Command("rootlesskit", "--net=host", "--copy-up=/etc", "--copy-up=/run", "--state-dir="+kitDir,
+		"/bin/sh", "-c", `rm -f /run/containerd /run/runc && exec containerd --config "$0"`, config)
+	log, _ := os.Create(filepath.Join(root, "log"))
+	kit.Stdout, kit.Stderr = log, log
+	if err := kit.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		kit.Process.Signal(syscall.SIGTERM)
+		kit.Wait()
+		os.Remove(sock)
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(kitDir, "child_pid")); err == nil {
+			if out, err := exec.Command("ctr", "--address", sock, "version").CombinedOutput(); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("the nerdctl-style rootless containerd did not answer: %v %s", err, out)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("RootlessKit wrote no child_pid")
+		}
+	}
+	spec := e.spec("existing", "- print: {type: result, subtype: success}\n- exit: 0", "  limits: {timeout: 1m}")
+	check := func(name string, r *run) {
+		t.Helper()
+		res := r.mustResult(t)
+		if r.code != 0 || res.Status != launcher.StatusCompleted {
+			t.Fatalf("%s: exit %d, result %+v\nstderr:\n%s", name, r.code, res, r.stderr)
+		}
+		var intent launcher.Intent
+		readRecord(t, res.RecordDir, launcher.IntentFile, &intent)
+		if intent.Address != sock {
+			t.Errorf("%s: the run used containerd at %q, want %s", name, intent.Address, sock)
+		}
+	}
+	check("found at $XDG_RUNTIME_DIR/containerd", e.run(spec))
+	e.extraEnv = append(e.extraEnv, "ROOTLESSKIT_STATE_DIR="+kitDir)
+	check("named by --address", e.run(spec, "--address", sock))
+}
