@@ -91,10 +91,16 @@ func UnifiedDir(p string) (string, error) {
 // and moves pid into it. It returns the run's cgroup path and the reason id
 // of every limit it could not apply. A failure leaves no directory behind.
 func (d Delegation) Place(name string, pid int, l Limits) (string, []string, error) {
-	jobs, err := UnifiedDir(d.Jobs)
+	base, err := unifiedMount()
 	if err != nil {
 		return "", nil, err
 	}
+	return d.placeIn(base, name, pid, l)
+}
+
+// placeIn is Place with the cgroup2 hierarchy mounted at base.
+func (d Delegation) placeIn(base, name string, pid int, l Limits) (string, []string, error) {
+	jobs := path.Join(base, d.Jobs)
 	if err := os.Mkdir(jobs, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", nil, fmt.Errorf("create %s: %w", jobs, err)
 	}
@@ -121,8 +127,9 @@ func (d Delegation) Place(name string, pid int, l Limits) (string, []string, err
 		_ = os.Remove(dir)
 		return "", nil, err
 	}
-	ctrl, _ := os.ReadFile(path.Join(dir, "cgroup.controllers"))
-	files, degraded := limitFiles(l, strings.Fields(string(ctrl)))
+	// A child's controllers are its parent's subtree_control.
+	ctrl, _ := os.ReadFile(path.Join(jobs, "cgroup.subtree_control"))
+	files, degraded := limitFiles(l, strings.Fields(strings.ReplaceAll(string(ctrl), "+", "")))
 	for _, f := range files {
 		if err := os.WriteFile(path.Join(dir, f[0]), []byte(f[1]), 0); err != nil {
 			return fail(fmt.Errorf("limit %s=%s on %s: %w", f[0], f[1], dir, err))
