@@ -88,14 +88,30 @@ func rootlessRunOptions(rc *rootless.Context, opts *launcher.Options) {
 		}
 		return
 	}
-	f := os.NewFile(uintptr(rc.TracerFD), "tracer-helper")
-	opts.Tracer = func() (launcher.ExecTracer, error) {
-		c, err := tracehelper.FromFile(f)
+	opts.Tracer = tracerThroughHelper(os.NewFile(uintptr(rc.TracerFD), "tracer-helper"), reasonRootless)
+}
+
+// tracerThroughHelper watches runs through a connection to the helper;
+// reason is the reason id if the connection turns out unusable.
+func tracerThroughHelper(conn *os.File, reason string) func() (launcher.ExecTracer, error) {
+	return func() (launcher.ExecTracer, error) {
+		c, err := tracehelper.FromFile(conn)
 		if err != nil {
-			return nil, &launcher.UnavailableError{ID: reasonRootless, Detail: "tracer helper connection: " + err.Error()}
+			return nil, &launcher.UnavailableError{ID: reason, Detail: "tracer helper connection: " + err.Error()}
 		}
 		return helperTracer{c}, nil
 	}
+}
+
+// rootTracer: a root hookbox also uses the helper when one listens — one
+// BPF load per host instead of one per hookbox process (README
+// "Benchmark") — and loads the tracer itself otherwise.
+func rootTracer() func() (launcher.ExecTracer, error) {
+	conn, _ := dialTracerHelper()
+	if conn == nil {
+		return nil
+	}
+	return tracerThroughHelper(conn, "helper")
 }
 
 // helperTracer watches through the privileged helper: it is handed the

@@ -168,8 +168,11 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 	}
 
 	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: os.Getenv("XHB_FIFO"), StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace, Notify: f.notify}
-	if f.rootless != nil {
+	switch {
+	case f.rootless != nil:
 		rootlessRunOptions(f.rootless, &opts)
+	case r.Trace.Mode != render.TraceOff:
+		opts.Tracer = rootTracer()
 	}
 	if f.notify.Warning != "" && !f.json {
 		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
