@@ -2,13 +2,17 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher"
@@ -300,5 +304,37 @@ func TestSwappedEngineNeverRuns(t *testing.T) {
 	now, _ := os.ReadFile(filepath.Join(trees[0], engineBin))
 	if string(now) != string(genuine) {
 		t.Error("the tree still holds the impostor")
+	}
+}
+
+// TestTraceThroughHelperAsRoot: a root hookbox uses a tracer helper that
+// answers at its socket instead of loading BPF itself, with the same
+// verdict.
+func TestTraceThroughHelperAsRoot(t *testing.T) {
+	e := newEnv(t)
+	socket := filepath.Join(t.TempDir(), "tracer.sock")
+	var log bytes.Buffer
+	helper := exec.Command(hookboxBin, "tracer", "serve", "--socket", socket)
+	helper.Stderr = &log
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { helper.Process.Signal(syscall.SIGTERM); helper.Wait() }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(socket); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the helper did not listen: %s", log.String())
+		}
+	}
+	e.extraEnv = append(e.extraEnv, "HOOKBOX_TRACER_SOCKET="+socket)
+	res := e.run(e.spec("helper", "- hook: h\n- exit: 0", "  hooks: [{name: h, event: SessionStart, argv: [/usr/bin/true]}]")).mustResult(t)
+	if res.Trace.Status != "confirmed" || res.Trace.Events != 2 {
+		t.Errorf("trace through the helper: %+v", res.Trace)
+	}
+	helper.Process.Signal(syscall.SIGTERM)
+	helper.Wait()
+	if !strings.Contains(log.String(), "watch start uid=0") || !strings.Contains(log.String(), "events=2 lost=0") {
+		t.Errorf("the helper did not serve the run:\n%s", log.String())
 	}
 }
