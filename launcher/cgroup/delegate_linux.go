@@ -136,7 +136,7 @@ func (d Delegation) placeIn(base, name string, pid int, l Limits) (string, []str
 		}
 	}
 	if err := os.WriteFile(path.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
-		return fail(fmt.Errorf("move pid %d into %s: %w (is the rootless containerd inside the delegated subtree %s?)", pid, dir, err, d.Root))
+		return fail(fmt.Errorf("move pid %d into %s: %w (a rootless containerd started outside the delegated subtree %s cannot hand its tasks over: hookbox daemon stop, and the next run starts it inside)", pid, dir, err, d.Root))
 	}
 	return p, degraded, nil
 }
