@@ -149,7 +149,12 @@ func Run(ctx context.Context, opts Options) Report {
 // rootlessReport adds what a non-root user's rootless runs get: the
 // rootless containerd, their own cgroup (and limits) and the tracer helper.
 func (h host) rootlessReport(r Report, df rootlessDaemonFacts, hf helperFacts) Report {
-	delegated, limits, dc := cgroupDelegationCheck(h, gatherDelegation(h, r.Capabilities.Cgroup2Mount))
+	delegation := gatherDelegation(h, r.Capabilities.Cgroup2Mount)
+	delegated, limits, dc := cgroupDelegationCheck(h, delegation)
+	if delegated {
+		delegated, dc = daemonOutsideCheck(dc, delegation, df.Cgroup)
+		limits = limits && delegated
+	}
 	traced, tc := tracerHelperCheck(h, hf)
 	for i, c := range r.Checks {
 		if c.Name == CheckContainerd {
@@ -190,6 +195,13 @@ func gatherRootlessDaemon(ctx context.Context, opts Options) rootlessDaemonFacts
 	f := rootlessDaemonFacts{Address: m.Address, Kind: "managed by hookbox"}
 	if st, err := m.Status(ctx); err == nil && st.Answering {
 		f.Version = st.Version
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", st.PID)); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if p, ok := strings.CutPrefix(line, "0::"); ok {
+					f.Cgroup = p
+				}
+			}
+		}
 	}
 	return f
 }

@@ -246,3 +246,20 @@ func TestRootlessChecks(t *testing.T) {
 		t.Error("a missing socket answered")
 	}
 }
+
+func TestDaemonOutsideDelegation(t *testing.T) {
+	f := delegationFacts{Root: "/hookbox-rootless/1001"}
+	in := Check{Name: CheckCgroupDelegation, Status: OK}
+	if ok, c := daemonOutsideCheck(in, f, "/hookbox-rootless/1001/session"); !ok || c.Status != OK {
+		t.Errorf("daemon inside: %v %+v", ok, c)
+	}
+	if ok, c := daemonOutsideCheck(in, f, "/"); ok || c.Status != Warn || !strings.Contains(c.Fix, "hookbox daemon stop") {
+		t.Errorf("daemon outside: %v %+v", ok, c)
+	}
+	if ok, _ := daemonOutsideCheck(in, f, "/hookbox-rootless/10012"); ok {
+		t.Error("a sibling subtree with the same prefix is outside")
+	}
+	if ok, _ := daemonOutsideCheck(in, f, ""); !ok {
+		t.Error("no running daemon: nothing to say")
+	}
+}

@@ -133,4 +133,19 @@ func rootlessContainerdCheck(f rootlessDaemonFacts, prerequisites bool) Check {
 // rootlessDaemonFacts: the rootless containerd hookbox would use.
 type rootlessDaemonFacts struct {
 	Address, Kind, Version string
+	// Cgroup is the running managed daemon's cgroup2 path ("" if unknown).
+	Cgroup string
+}
+
+// daemonOutsideCheck: a rootless containerd running outside the delegated
+// subtree cannot hand its tasks to run cgroups (moving a process needs the
+// common ancestor's cgroup.procs), whatever the subtree offers.
+func daemonOutsideCheck(c Check, f delegationFacts, daemonCgroup string) (bool, Check) {
+	if f.Root == "" || daemonCgroup == "" || daemonCgroup == f.Root || strings.HasPrefix(daemonCgroup, f.Root+"/") {
+		return true, c
+	}
+	c.Status = Warn
+	c.Detail = fmt.Sprintf("%s is delegated, but the running rootless containerd is in cgroup %s, outside it: runs get no cgroup of their own (run-cgroup-unavailable)", f.Root, daemonCgroup)
+	c.Fix = "hookbox daemon stop (the next run starts it inside the subtree)"
+	return false, c
 }
