@@ -56,7 +56,7 @@ status=0
 	-u HOOKBOX_REQUIRE_ROOT -u HOOKBOX_REQUIRE_BUILDKIT -u HOOKBOX_BUILDKIT_ADDR \
 	HOOKBOX_INTEGRATION=1 HOOKBOX_ROOTLESS=1 HOOKBOX_TEST_BIN_DIR="$work" \
 	HOOKBOX_TRACER_SOCKET="$socket" TMPDIR=/var/tmp \
-	"$work/integration.test" -test.run '^TestRootless' -test.skip '^TestRootlessUndelegated$' -test.count=1 -test.v -test.timeout 15m) || status=$?
+	"$work/integration.test" -test.run "${HOOKBOX_ROOTLESS_RUN:-^TestRootless}" -test.skip '^TestRootlessUndelegated$' -test.count=1 -test.v -test.timeout 15m) || status=$?
 # Second phase: the same user outside the delegated subtree (plain
 # runuser keeps root's cgroup): runs without a cgroup of their own.
 if [ $status = 0 ]; then
