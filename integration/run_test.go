@@ -448,7 +448,11 @@ func TestMemoryAndPidsLimits(t *testing.T) {
 
 func TestSandboxUnderHookboxRun(t *testing.T) {
 	e := newEnv(t)
-	probe := buildStatic(t, "hookbox.dev/hookbox/integration/probe", programDir(t))
+	checkProbeRun(t, e.run(e.probeSpec(buildStatic(t, "hookbox.dev/hookbox/integration/probe", programDir(t)))))
+}
+
+// probeSpec writes a spawn whose engine is the probe program.
+func (e *env) probeSpec(probe string) string {
 	file := filepath.Join(e.specDir, "probe.yaml")
 	os.WriteFile(file, []byte(`apiVersion: hookbox.dev/v1alpha1
 kind: Spawn
@@ -457,7 +461,7 @@ spec:
   engine: {kind: exec, path: `+probe+`}
   workspace: ./ws
 `), 0o644)
-	checkProbeRun(t, e.run(file))
+	return file
 }
 
 // checkProbeRun checks what the probe engine found in its sandbox: every
