@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -432,4 +433,33 @@ func TestRootlessExistingContainerd(t *testing.T) {
 	check("found at $XDG_RUNTIME_DIR/containerd", e.run(spec))
 	e.extraEnv = append(e.extraEnv, "ROOTLESSKIT_STATE_DIR="+kitDir)
 	check("named by --address", e.run(spec, "--address", sock))
+}
+
+// TestRootlessConcurrentRuns: runs of one user share the rootless
+// containerd, the delegated subtree and the helper (one connection and one
+// watch each); every one is confirmed with its own events.
+func TestRootlessConcurrentRuns(t *testing.T) {
+	e := newRootlessEnv(t)
+	spec := e.spec("many", "- hook: h\n- write: {path: /run/hookbox/out/id.txt, content: x}\n- sleep: 300ms\n- exit: 0",
+		"  hooks: [{name: h, event: SessionStart, argv: [/usr/bin/true]}]", "  artifacts: [id.txt]")
+	results := make([]*run, 8)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = e.run(spec)
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.result == nil || r.result.Status != launcher.StatusCompleted {
+			t.Errorf("run %d: exit %d %+v\n%s", i, r.code, r.result, r.stderr)
+			continue
+		}
+		if tr := r.result.Trace; tr.Status != "confirmed" || tr.Events != 2 {
+			t.Errorf("run %d: trace %+v, want confirmed with its own 2 execs", i, tr)
+		}
+		assertNoRootlessMounts(t, r.result.RunID)
+	}
 }
