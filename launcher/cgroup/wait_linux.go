@@ -23,6 +23,11 @@ func (r *Run) WaitEmpty(ctx context.Context, poll time.Duration) error {
 	if poll <= 0 {
 		poll = defaultPoll
 	}
+	// The common case at teardown is an already empty cgroup: answer it
+	// without setting up a watch.
+	if empty, err := r.Empty(); err != nil || empty {
+		return err
+	}
 	var wake <-chan struct{}
 	if r.Unified != "" {
 		if ch, stop := watchModify(filepath.Join(r.Unified, "cgroup.events")); ch != nil {
@@ -76,5 +81,7 @@ func watchModify(p string) (<-chan struct{}, func()) {
 			}
 		}
 	}()
-	return ch, func() { f.Close() }
+	// Closed in the background: Close waits for the reader goroutine to
+	// leave Read, which measured ~13 ms here, on every teardown's path.
+	return ch, func() { go f.Close() }
 }
