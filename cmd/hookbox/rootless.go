@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -88,6 +89,9 @@ func rootlessRunOptions(rc *rootless.Context, opts *launcher.Options) {
 		}
 		return
 	}
+	// Inherited across exec on purpose; not to be inherited further (by a
+	// notifier, say).
+	syscall.CloseOnExec(rc.TracerFD)
 	opts.Tracer = tracerThroughHelper(os.NewFile(uintptr(rc.TracerFD), "tracer-helper"), reasonRootless)
 }
 
