@@ -463,3 +463,14 @@ func TestRootlessConcurrentRuns(t *testing.T) {
 		assertNoRootlessMounts(t, r.result.RunID)
 	}
 }
+
+// TestRootlessImageBuild: the base image goes into the user's rootless
+// containerd.
+func TestRootlessImageBuild(t *testing.T) {
+	testenv.RequireRootless(t)
+	buildTools(t)
+	out, err := exec.Command(hookboxBin, "image", "build").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "imported into containerd namespace hookbox") {
+		t.Fatalf("image build as the user: %v\n%s", err, out)
+	}
+}

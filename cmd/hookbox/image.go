@@ -11,6 +11,7 @@ import (
 
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/images/buildkit"
+	"hookbox.dev/hookbox/launcher/daemon"
 )
 
 // defaultContainerdAddress is containerd's system socket.
@@ -79,6 +80,15 @@ of importing it.`,
 				return nil
 			}
 			addr := containerdAddress(address)
+			if rootlessUser() {
+				// The image goes to the user's rootless containerd (started
+				// if need be); importing is all over its socket.
+				endpoint, err := daemon.ResolveRootless(ctx, address, daemonOptions(true, stateDirOr(""), nil))
+				if err != nil {
+					return err
+				}
+				addr = endpoint.Address
+			}
 			client, err := containerd.New(addr, containerd.WithTimeout(5*time.Second))
 			if err == nil {
 				defer client.Close()
