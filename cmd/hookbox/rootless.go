@@ -21,7 +21,7 @@ import (
 	"hookbox.dev/hookbox/tracehelper"
 )
 
-// ReasonRootless is the reason id of an unchecked verdict of a rootless run
+// reasonRootless is the reason id of an unchecked verdict of a rootless run
 // with no tracer helper to ask: tracer-unavailable:rootless.
 const reasonRootless = "rootless"
 
