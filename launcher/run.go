@@ -169,8 +169,10 @@ type execution struct {
 	trace         *tracing
 	// ownerStart is this hookbox's start time, labelled on what it creates.
 	ownerStart string
-	// cgroupsPath is the run's cgroup: oci.CgroupsPath, or a delegated one.
+	// cgroupsPath is the run's cgroup: oci.CgroupsPath, or a delegated one;
+	// noCgroup says why a rootless run has none.
 	cgroupsPath string
+	noCgroup    string
 }
 
 // ownerLabels mark a run's containerd resources with their run and owner.
@@ -540,13 +542,15 @@ func (x *execution) openCgroup(initPID int) error {
 			}
 			return nil
 		}
-		x.opts.NoDelegation = err.Error()
+		x.noCgroup = err.Error()
+	} else {
+		x.noCgroup = x.opts.NoDelegation
 	}
 	// No cgroup of the run's own: every limit is off.
 	x.cgroupsPath = ""
 	x.result.Degraded = append(x.result.Degraded, ReasonNoRunCgroup)
 	x.result.Degraded = append(x.result.Degraded, cgroup.Unapplied(limits)...)
-	x.progress("cgroup", "no cgroup of its own (%s): no limits, no trace", x.opts.NoDelegation)
+	x.progress("cgroup", "no cgroup of its own (%s): no limits, no trace", x.noCgroup)
 	return nil
 }
 

@@ -126,7 +126,7 @@ func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) er
 	<-x.trace.ready
 	t := x.trace
 	if t.loadErr == nil && cgroupID == 0 {
-		t.loadErr = &UnavailableError{ID: ReasonNoRunCgroup, Detail: "the run has no cgroup2 directory to watch: " + x.opts.NoDelegation}
+		t.loadErr = &UnavailableError{ID: ReasonNoRunCgroup, Detail: "the run has no cgroup2 directory to watch: " + x.noCgroup}
 	}
 	if t.loadErr != nil {
 		if x.opts.RequireTrace {

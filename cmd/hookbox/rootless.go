@@ -39,7 +39,7 @@ func enterRootless(ctx context.Context, address, stateDir string, progress func(
 		return exitError{exitInfra, err.Error()}
 	}
 	rc := rootless.Context{Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: endpoint.FIFODir,
-		StateDir: stateDir, RuntimeDir: opts.RuntimeDir}
+		StateDir: stateDir}
 	var inherit []*os.File
 	// Dialled here, outside the namespaces: the helper authenticates this
 	// connection by its peer credentials, which are the user's, and its

@@ -48,7 +48,6 @@ helper_pid=$!
 for _ in $(seq 100); do [ -S "$socket" ] && break; sleep 0.1; done
 [ -S "$socket" ] || { cat "$work/tracer.log"; echo "tracer helper did not start" >&2; exit 1; }
 
-"$work/hookbox" rootless setup --user "$user"
 status=0
 # The root pass's knobs (its containerd address, …) are not the user's.
 (cd "$work" && "$work/hookbox" rootless setup --user "$user" -- env \

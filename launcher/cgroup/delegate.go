@@ -83,9 +83,9 @@ func wantedControllers(l Limits) []string {
 	return out
 }
 
-// unifiedPath returns the cgroup2 path in /proc/<pid>/cgroup text: the
+// UnifiedPath returns the cgroup2 path in /proc/<pid>/cgroup text: the
 // "0::<path>" line.
-func unifiedPath(data string) (string, error) {
+func UnifiedPath(data string) (string, error) {
 	sc := bufio.NewScanner(strings.NewReader(data))
 	for sc.Scan() {
 		if p, ok := strings.CutPrefix(sc.Text(), "0::"); ok {
@@ -95,10 +95,10 @@ func unifiedPath(data string) (string, error) {
 	return "", fmt.Errorf("no cgroup2 (0::) line in /proc/self/cgroup: %w", ErrNotSupported)
 }
 
-// delegatedRoot returns the highest ancestor of path p (p included) that
-// owned says this user owns, and "" if not even p is. Ownership must be
-// unbroken: the walk stops at the first ancestor not owned.
-func delegatedRoot(p string, owned func(string) bool) string {
+// DelegatedRoot returns the highest ancestor of cgroup path p (p included)
+// that owned says this user owns, and "" if not even p is. Ownership must
+// be unbroken: the walk stops at the first ancestor not owned.
+func DelegatedRoot(p string, owned func(string) bool) string {
 	root := ""
 	for q := p; q != "/" && q != "" && owned(q); q = parentPath(q) {
 		root = q

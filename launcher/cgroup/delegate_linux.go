@@ -35,7 +35,7 @@ func FindDelegation() (Delegation, error) {
 	if err != nil {
 		return Delegation{}, err
 	}
-	self, err := unifiedPath(string(data))
+	self, err := UnifiedPath(string(data))
 	if err != nil {
 		return Delegation{}, err
 	}
@@ -44,7 +44,7 @@ func FindDelegation() (Delegation, error) {
 		return Delegation{}, err
 	}
 	uid := os.Geteuid()
-	root := delegatedRoot(self, func(p string) bool {
+	root := DelegatedRoot(self, func(p string) bool {
 		fi, err := os.Stat(path.Join(base, p))
 		if err != nil {
 			return false

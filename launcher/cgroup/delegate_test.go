@@ -27,11 +27,11 @@ func TestLimitFiles(t *testing.T) {
 }
 
 func TestUnifiedPath(t *testing.T) {
-	p, err := unifiedPath("12:pids:/user.slice\n1:name=systemd:/x\n0::/hookbox-rootless/1001/session\n")
+	p, err := UnifiedPath("12:pids:/user.slice\n1:name=systemd:/x\n0::/hookbox-rootless/1001/session\n")
 	if err != nil || p != "/hookbox-rootless/1001/session" {
 		t.Errorf("unifiedPath = %q, %v", p, err)
 	}
-	if _, err := unifiedPath("4:memory:/\n"); err == nil {
+	if _, err := UnifiedPath("4:memory:/\n"); err == nil {
 		t.Error("unifiedPath without a 0:: line: want an error")
 	}
 }
@@ -52,8 +52,8 @@ func TestDelegatedRoot(t *testing.T) {
 		"/a/b/c":                                                             "",
 		"/":                                                                  "",
 	} {
-		if got := delegatedRoot(p, is); got != want {
-			t.Errorf("delegatedRoot(%q) = %q, want %q", p, got, want)
+		if got := DelegatedRoot(p, is); got != want {
+			t.Errorf("DelegatedRoot(%q) = %q, want %q", p, got, want)
 		}
 	}
 }

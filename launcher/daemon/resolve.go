@@ -104,6 +104,19 @@ type Options struct {
 	PingTimeout time.Duration
 }
 
+// Dirs returns the state and runtime directories, defaulted where unset
+// ("" when no default applies).
+func (o Options) Dirs() (stateDir, runtimeDir string) {
+	stateDir, runtimeDir = o.StateDir, o.RuntimeDir
+	if stateDir == "" {
+		stateDir = runfiles.DefaultStateDir()
+	}
+	if runtimeDir == "" {
+		runtimeDir = DefaultRuntimeDir()
+	}
+	return stateDir, runtimeDir
+}
+
 // DefaultRuntimeDir is hookbox's runtime directory, for sockets and other
 // state that must not survive a reboot: /run/hookbox for root, else
 // $XDG_RUNTIME_DIR/hookbox. It is "" when neither applies.
@@ -146,13 +159,7 @@ func Resolve(ctx context.Context, flagAddr string, opts Options) (*client.Client
 		// A daemon is there; starting another beside it would be wrong.
 		return nil, Endpoint{}, fmt.Errorf("%w: run hookbox as root, or pass --address (for rootless containerd: $XDG_RUNTIME_DIR/containerd/containerd.sock)", pingErr)
 	}
-	stateDir, runtimeDir := opts.StateDir, opts.RuntimeDir
-	if stateDir == "" {
-		stateDir = runfiles.DefaultStateDir()
-	}
-	if runtimeDir == "" {
-		runtimeDir = DefaultRuntimeDir()
-	}
+	stateDir, runtimeDir := opts.Dirs()
 	var m Managed
 	if stateDir != "" && runtimeDir != "" {
 		m = ManagedPaths(stateDir, runtimeDir)
@@ -378,13 +385,7 @@ func ResolveRootless(ctx context.Context, flagAddr string, opts Options) (Endpoi
 			}
 		}
 	}
-	stateDir, runtimeDir := opts.StateDir, opts.RuntimeDir
-	if stateDir == "" {
-		stateDir = runfiles.DefaultStateDir()
-	}
-	if runtimeDir == "" {
-		runtimeDir = DefaultRuntimeDir()
-	}
+	stateDir, runtimeDir := opts.Dirs()
 	if stateDir == "" || runtimeDir == "" {
 		return Endpoint{}, errors.New("rootless containerd: no state or runtime directory (set HOME and XDG_RUNTIME_DIR, e.g. XDG_RUNTIME_DIR=/run/user/$(id -u))")
 	}

@@ -29,8 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/launcher/daemon"
-	"hookbox.dev/hookbox/runfiles"
 )
 
 // Status is a check's outcome.
@@ -181,13 +181,7 @@ func gatherRootlessDaemon(ctx context.Context, opts Options) rootlessDaemonFacts
 			return rootlessDaemonFacts{Address: addr, Kind: "containerd-rootless", Version: v.Version}
 		}
 	}
-	stateDir, runtimeDir := opts.StateDir, opts.RuntimeDir
-	if stateDir == "" {
-		stateDir = runfiles.DefaultStateDir()
-	}
-	if runtimeDir == "" {
-		runtimeDir = daemon.DefaultRuntimeDir()
-	}
+	stateDir, runtimeDir := daemon.Options{StateDir: opts.StateDir, RuntimeDir: opts.RuntimeDir}.Dirs()
 	if stateDir == "" || runtimeDir == "" {
 		return rootlessDaemonFacts{Address: "(no XDG_RUNTIME_DIR)", Kind: "managed"}
 	}
@@ -196,11 +190,7 @@ func gatherRootlessDaemon(ctx context.Context, opts Options) rootlessDaemonFacts
 	if st, err := m.Status(ctx); err == nil && st.Answering {
 		f.Version = st.Version
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", st.PID)); err == nil {
-			for _, line := range strings.Split(string(b), "\n") {
-				if p, ok := strings.CutPrefix(line, "0::"); ok {
-					f.Cgroup = p
-				}
-			}
+			f.Cgroup, _ = cgroup.UnifiedPath(string(b))
 		}
 	}
 	return f
@@ -309,13 +299,7 @@ func gatherContainerd(ctx context.Context, opts Options, h host) containerdFacts
 	if src != daemon.SourceSystem {
 		return f
 	}
-	stateDir, runtimeDir := opts.StateDir, opts.RuntimeDir
-	if stateDir == "" {
-		stateDir = runfiles.DefaultStateDir()
-	}
-	if runtimeDir == "" {
-		runtimeDir = daemon.DefaultRuntimeDir()
-	}
+	stateDir, runtimeDir := daemon.Options{StateDir: opts.StateDir, RuntimeDir: opts.RuntimeDir}.Dirs()
 	if stateDir != "" && runtimeDir != "" {
 		m := daemon.ManagedPaths(stateDir, runtimeDir)
 		f.ManagedAddress = m.Address

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"hookbox.dev/hookbox/launcher/cgroup"
 )
 
 // Checks a non-root user's report adds (rootless backend).
@@ -68,15 +70,11 @@ func gatherDelegation(h host, v2Mount string) delegationFacts {
 	if v2Mount == "" {
 		return f
 	}
-	own := ownCgroupDir(h, v2Mount)
-	f.Self = strings.TrimPrefix(own, v2Mount)
-	for dir := own; dir != v2Mount && strings.HasPrefix(dir, v2Mount+"/"); dir = filepath.Dir(dir) {
-		fi, err := os.Stat(h.path(dir))
-		if err != nil || !ownedBy(fi, h.euid) {
-			break
-		}
-		f.Root = strings.TrimPrefix(dir, v2Mount)
-	}
+	f.Self = strings.TrimPrefix(ownCgroupDir(h, v2Mount), v2Mount)
+	f.Root = cgroup.DelegatedRoot(f.Self, func(p string) bool {
+		fi, err := os.Stat(h.path(filepath.Join(v2Mount, p)))
+		return err == nil && ownedBy(fi, h.euid)
+	})
 	if f.Root != "" {
 		for n := range readControllers(h.path(filepath.Join(v2Mount, f.Root, "cgroup.controllers"))) {
 			f.Controllers = append(f.Controllers, n)

@@ -33,10 +33,9 @@ type Context struct {
 	Address  string `json:"address"`
 	RuncRoot string `json:"runc_root,omitempty"`
 	FIFODir  string `json:"fifo_dir,omitempty"`
-	// StateDir and RuntimeDir are the user's (inside the namespace the
-	// euid is 0, so defaults would pick root's).
-	StateDir   string `json:"state_dir"`
-	RuntimeDir string `json:"runtime_dir,omitempty"`
+	// StateDir is the user's (chosen outside, where the user is who
+	// hookbox's defaults expect).
+	StateDir string `json:"state_dir"`
 	// TracerFD is an inherited connection to the tracer helper, or 0 with
 	// TracerUnavailable saying why there is none.
 	TracerFD          int    `json:"tracer_fd,omitempty"`
