@@ -27,9 +27,9 @@ const reasonRootless = "rootless"
 
 // enterRootless provisions the rootless backend (finding or starting a
 // rootless containerd under RootlessKit), connects to the tracer helper if
-// one listens, and re-executes this hookbox command inside RootlessKit's
-// namespaces. It returns only on failure.
-func enterRootless(ctx context.Context, address, stateDir string, progress func(string)) error {
+// traced and one listens, and re-executes this hookbox command inside
+// RootlessKit's namespaces. It returns only on failure.
+func enterRootless(ctx context.Context, address, stateDir string, traced bool, progress func(string)) error {
 	if !rootlessUser() {
 		return usageError{errors.New("--rootless: run hookbox as the non-root user whose rootless containerd it should use (as root, hookbox runs rootful)")}
 	}
@@ -41,6 +41,9 @@ func enterRootless(ctx context.Context, address, stateDir string, progress func(
 	rc := rootless.Context{Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: endpoint.FIFODir,
 		StateDir: stateDir}
 	var inherit []*os.File
+	if !traced {
+		return exitError{exitInfra, rootless.Enter(endpoint, rc, os.Args[1:]).Error()}
+	}
 	// Dialled here, outside the namespaces: the helper authenticates this
 	// connection by its peer credentials, which are the user's, and its
 	// socket need not be visible inside RootlessKit's mount namespace.

@@ -87,7 +87,7 @@ configuration error is reported there instead of failing the run.`,
 				stateDir = runfiles.DefaultStateDir()
 			}
 			if !isInner && (rootlessFlag || rootlessUser()) {
-				return enterRootless(cmd.Context(), address, stateDir, func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, "rootless", msg) })
+				return enterRootless(cmd.Context(), address, stateDir, r.Trace.Mode != render.TraceOff, func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, "rootless", msg) })
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()                                                                 // a second signal must not kill hookbox mid-teardown

@@ -42,7 +42,7 @@ func newGCCommand() *cobra.Command {
 					stateDir = inner.StateDir
 				}
 			case rootlessUser():
-				return enterRootless(cmd.Context(), address, stateDirOr(stateDir), nil)
+				return enterRootless(cmd.Context(), address, stateDirOr(stateDir), false, nil)
 			}
 			client, _, err := daemon.Resolve(cmd.Context(), address, daemonOptions(false, stateDirOr(stateDir), nil))
 			if err != nil {
