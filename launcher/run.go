@@ -38,6 +38,7 @@ import (
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/notify"
 	"hookbox.dev/hookbox/oci"
+	"hookbox.dev/hookbox/plan"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/render/verify"
 	"hookbox.dev/hookbox/runfiles"
@@ -289,16 +290,13 @@ func (x *execution) prepare() error {
 		return err
 	}
 	x.progress("runfiles", "%d programs", len(x.r.Programs))
-	assembled, err := runfiles.AssembleRender(x.ctx, store, x.r, images.MountPoints, nil)
+	assembled, err := plan.Runfiles(x.ctx, store, x.r, nil)
 	if err != nil {
 		return err
 	}
 	x.progress("runfiles", "%d files, %s copied, %s reused", assembled.Stats.Files,
 		humanBytes(assembled.Stats.BytesCopied), humanBytes(assembled.Stats.BytesReused))
 	x.treeDir = assembled.TreeDir
-	if err := mounts.CheckPrograms(x.r); err != nil {
-		return err
-	}
 	digest, canonical, err := x.r.Digest()
 	if err != nil {
 		return err
@@ -320,21 +318,13 @@ func (x *execution) prepare() error {
 	if err := writeConfigFiles(host.ConfigDir, x.r); err != nil {
 		return err
 	}
-	plan, err := mounts.MountPlan(x.r, host, mounts.HostFeatures())
-	if err != nil {
-		return err
-	}
-	if err := mounts.Validate(plan); err != nil {
-		return err
-	}
-
-	spec, err := oci.Generate(x.ctx, x.r, oci.Launch{
-		RunID: x.id, RenderDigest: digest, Rootfs: "rootfs", Mounts: oci.MountsFromPlan(plan), EnvValues: nonNil(x.opts.Env),
-		InheritCgroup: x.opts.InheritCgroup,
+	planned, err := plan.NewContainer(x.ctx, x.r, plan.Launch{
+		RunID: x.id, Host: host, Prepared: true, EnvValues: x.opts.Env, InheritCgroup: x.opts.InheritCgroup,
 	})
 	if err != nil {
 		return err
 	}
+	spec := planned.Spec
 	if err := writeJSON(filepath.Join(x.dir, OCIFile), oci.Redact(spec, x.r), 0o644); err != nil {
 		return err
 	}
@@ -378,13 +368,6 @@ func runtimeOptions(runcRoot string) any {
 		return nil
 	}
 	return &runcoptions.Options{Root: runcRoot}
-}
-
-func nonNil(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
 }
 
 // ensureImage imports the base image unless containerd has it unpacked.

@@ -18,12 +18,27 @@ import (
 // destination is. The run dir source must be a tmpfs mountpoint. Every
 // problem is reported, joined; errors.Is selects categories.
 func Validate(p Plan) error {
+	return validate(p, func(Mount) bool { return false })
+}
+
+// ValidateBeforeLaunch is Validate for a plan shown before any run
+// (`hookbox render --format oci`): the two sources a run creates itself,
+// host's run dir tmpfs and config dir, do not exist yet and are skipped;
+// every other check applies, so a plan it accepts fails at launch only if
+// the host changed in between.
+func ValidateBeforeLaunch(p Plan, host HostPaths) error {
+	return validate(p, func(m Mount) bool {
+		return m.Type == TypeBind && (m.Source == host.RunDir || m.Source == host.ConfigDir)
+	})
+}
+
+func validate(p Plan, createdByRun func(Mount) bool) error {
 	if err := validateShape(p); err != nil {
 		return err
 	}
 	var errs []error
 	for i, m := range p.Mounts {
-		if m.Type != TypeBind {
+		if m.Type != TypeBind || createdByRun(m) {
 			continue
 		}
 		if err := checkSource(m, declaredRoot(p, i)); err != nil {

@@ -6,17 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"path/filepath"
 	"runtime"
 	"strings"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/compiler"
-	"hookbox.dev/hookbox/images"
-	"hookbox.dev/hookbox/mounts"
-	"hookbox.dev/hookbox/oci"
+	"hookbox.dev/hookbox/launcher"
+	"hookbox.dev/hookbox/plan"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/runfiles"
 )
@@ -72,10 +69,10 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 					return usageError{fmt.Errorf("--spawn %q: no such spawn in %s", spawn, args[0])}
 				}
 			}
+			if stateDir == "" {
+				stateDir = runfiles.DefaultStateDir()
+			}
 			if withRunfiles {
-				if stateDir == "" {
-					stateDir = runfiles.DefaultStateDir()
-				}
 				if err := addRunfiles(cmd.Context(), renders, stateDir); err != nil {
 					return err
 				}
@@ -85,7 +82,7 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 				if err := writeK8s(&out, renders, &kube); err != nil {
 					return err
 				}
-			} else if err := writeRenders(&out, renders, format); err != nil {
+			} else if err := writeRenders(&out, renders, format, stateDir); err != nil {
 				return err
 			}
 			_, err = cmd.OutOrStdout().Write(out.Bytes())
@@ -112,7 +109,7 @@ func selectSpawn(renders []*render.Render, name string) []*render.Render {
 
 // writeRenders prints one render as its canonical JSON, several as a JSON
 // array of canonical renders, or text sections.
-func writeRenders(w io.Writer, renders []*render.Render, format string) error {
+func writeRenders(w io.Writer, renders []*render.Render, format, stateDir string) error {
 	for i, r := range renders {
 		digest, canonical, err := r.Digest()
 		if err != nil {
@@ -120,11 +117,11 @@ func writeRenders(w io.Writer, renders []*render.Render, format string) error {
 		}
 		switch {
 		case format == "oci":
-			spec, err := planSpec(r, digest)
+			c, err := plan.Preview(context.Background(), r, launcher.RunsDir(stateDir))
 			if err != nil {
-				return err
+				return fmt.Errorf("spawn %s: %w", r.Spawn, err)
 			}
-			data, err := json.MarshalIndent(spec, "", "  ")
+			data, err := json.MarshalIndent(c.Spec, "", "  ")
 			if err != nil {
 				return err
 			}
@@ -154,36 +151,18 @@ func writeRenders(w io.Writer, renders []*render.Render, format string) error {
 }
 
 // addRunfiles assembles each render's runfiles into the store and records
-// the manifest in the render.
+// the manifest in the render, as a run does.
 func addRunfiles(ctx context.Context, renders []*render.Render, stateDir string) error {
 	store, err := runfiles.OpenStore(stateDir)
 	if err != nil {
 		return err
 	}
 	for _, r := range renders {
-		if _, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, nil); err != nil {
-			return fmt.Errorf("spawn %s: %w", r.Spawn, err)
-		}
-		if err := mounts.CheckPrograms(r); err != nil {
-			return fmt.Errorf("spawn %s: %w", r.Spawn, err)
+		if _, err := plan.Runfiles(ctx, store, r, nil); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// planRunID names the run of a spec printed before any launch.
-const planRunID = "plan"
-
-// planSpec is the OCI spec a run of r would get, before launch.
-func planSpec(r *render.Render, digest string) (*specs.Spec, error) {
-	host := mounts.RunHostPaths(filepath.Join(runfiles.DefaultStateDir(), "runs", planRunID))
-	plan, err := mounts.MountPlan(r, host, mounts.HostFeatures())
-	if err != nil {
-		return nil, err
-	}
-	return oci.Generate(context.Background(), r, oci.Launch{
-		RunID: planRunID, RenderDigest: digest, Rootfs: "rootfs", Mounts: oci.MountsFromPlan(plan),
-	})
 }
 
 func newSchemaCommand() *cobra.Command {

@@ -159,6 +159,22 @@ func TestRenderOCI(t *testing.T) {
 	}
 }
 
+// TestRenderOCIRefusesWhatRunRefuses: the spec render prints has passed
+// the mount validation a run applies.
+func TestRenderOCIRefusesWhatRunRefuses(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink("/etc", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range []string{"./absent", "./link"} {
+		spec := writeSpec(t, dir, "s.yaml", validHead+"  engine: {kind: exec, path: /bin/true}\n  workspace: "+ws+"\n")
+		code, stdout, stderr := runCLI(t, "render", "--format", "oci", "--state-dir", filepath.Join(dir, "state"), spec)
+		if code == 0 || stdout != "" || !strings.Contains(stderr, "/workspace") {
+			t.Errorf("workspace %s: exit %d, stdout %q, stderr %q; want a refusal naming /workspace", ws, code, stdout, stderr)
+		}
+	}
+}
+
 // TestRenderRunfilesDigest: with --runfiles the manifest is in the render,
 // so changing the engine binary changes the digest.
 func TestRenderRunfilesDigest(t *testing.T) {

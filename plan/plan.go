@@ -1,0 +1,115 @@
+// Package plan turns a render and this host's facts into what a run mounts
+// and executes: the assembled runfiles (their manifest recorded in the
+// render), the validated mount plan and the OCI runtime spec.
+//
+// `hookbox run`, `hookbox render --format oci` and `hookbox render
+// --runfiles` all go through it, so what render shows is what run does: a
+// spec that render prints has passed the same mount validation a run
+// applies (except for the two sources a run creates itself, see
+// mounts.ValidateBeforeLaunch).
+//
+// It owns no lifecycle: it creates no container, mounts nothing and writes
+// only to the runfiles store. Containers, tmpfs mounts and run records are
+// the launcher's.
+package plan
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"hookbox.dev/hookbox/images"
+	"hookbox.dev/hookbox/mounts"
+	"hookbox.dev/hookbox/oci"
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/runfiles"
+)
+
+// PreviewRunID names the run of a plan printed before any launch.
+const PreviewRunID = "plan"
+
+// Runfiles assembles every program of r (closure, content-addressed
+// store, read-only tree) and records the manifest in r.Runfiles, so the
+// render's content digest covers the bytes that get mounted. It refuses a
+// render whose programs a container mount would hide.
+func Runfiles(ctx context.Context, store *runfiles.Store, r *render.Render, progress func(runfiles.Progress)) (*runfiles.Result, error) {
+	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, progress)
+	if err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", r.Spawn, err)
+	}
+	if err := mounts.CheckPrograms(r); err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", r.Spawn, err)
+	}
+	return res, nil
+}
+
+// Launch is what a container plan needs beyond the render.
+type Launch struct {
+	RunID string
+	// Host holds the run's own mount sources (mounts.RunHostPaths).
+	Host mounts.HostPaths
+	// Prepared: Host's run dir tmpfs and config dir exist and are checked
+	// like every other source. A preview leaves them unchecked.
+	Prepared bool
+	// EnvValues are the launch-time values of host and secret variables;
+	// nil shows oci.PlaceholderValue for each (a preview).
+	EnvValues map[string]string
+	// InheritCgroup: the backend's runtime cannot create the run's cgroup
+	// (see oci.Launch.InheritCgroup).
+	InheritCgroup bool
+}
+
+// Container is the planned container of one run.
+type Container struct {
+	// Digest and Canonical are the render's digest and canonical bytes as
+	// planned (with the runfiles manifest, when assembled first).
+	Digest    string
+	Canonical []byte
+	Mounts    mounts.Plan
+	Spec      *specs.Spec
+}
+
+// NewContainer plans r's mounts on this host, validates them, and
+// generates the OCI spec, whose rootfs is the bundle's "rootfs".
+func NewContainer(ctx context.Context, r *render.Render, l Launch) (*Container, error) {
+	digest, canonical, err := r.Digest()
+	if err != nil {
+		return nil, err
+	}
+	mp, err := mounts.MountPlan(r, l.Host, mounts.HostFeatures())
+	if err != nil {
+		return nil, err
+	}
+	if l.Prepared {
+		err = mounts.Validate(mp)
+	} else {
+		err = mounts.ValidateBeforeLaunch(mp, l.Host)
+	}
+	if err != nil {
+		return nil, err
+	}
+	env := l.EnvValues
+	if env == nil && l.Prepared {
+		env = map[string]string{}
+	}
+	spec, err := oci.Generate(ctx, r, oci.Launch{
+		RunID: l.RunID, RenderDigest: digest, Rootfs: "rootfs", Mounts: oci.MountsFromPlan(mp),
+		EnvValues: env, InheritCgroup: l.InheritCgroup,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Container{Digest: digest, Canonical: canonical, Mounts: mp, Spec: spec}, nil
+}
+
+// Preview is the container a run of r would get, planned before any
+// launch: run id PreviewRunID, its host paths under stateDir's run records,
+// values resolved at launch shown as placeholders.
+func Preview(ctx context.Context, r *render.Render, runsDir string) (*Container, error) {
+	return NewContainer(ctx, r, Launch{
+		RunID: PreviewRunID,
+		Host:  mounts.RunHostPaths(filepath.Join(runsDir, PreviewRunID)),
+	})
+}

@@ -1,0 +1,64 @@
+package plan
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"hookbox.dev/hookbox/compiler"
+	"hookbox.dev/hookbox/mounts"
+	"hookbox.dev/hookbox/render"
+)
+
+func compileSpec(t *testing.T, workspace string) *render.Render {
+	t.Helper()
+	spec := "apiVersion: hookbox.dev/v1alpha1\nkind: Spawn\nmetadata: {name: p}\nspec:\n" +
+		"  engine: {kind: exec, path: /bin/true}\n  workspace: " + workspace + "\n"
+	parsed, err := compiler.Parse([]byte(spec), "p.yaml", t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := compiler.Compile(parsed[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestPreviewChecksWhatARunChecks: a preview refuses a workspace a run
+// would refuse, and leaves only the run's own sources unchecked.
+func TestPreviewChecksWhatARunChecks(t *testing.T) {
+	ctx := context.Background()
+	runs := t.TempDir()
+
+	missing := compileSpec(t, filepath.Join(t.TempDir(), "absent"))
+	if _, err := Preview(ctx, missing, runs); !errors.Is(err, mounts.ErrMissingSource) {
+		t.Fatalf("a missing workspace must be refused before launch, got %v", err)
+	}
+
+	r := compileSpec(t, t.TempDir())
+	c, err := Preview(ctx, r, runs)
+	if err != nil {
+		t.Fatalf("preview of a valid render: %v", err)
+	}
+	wantRunDir := mounts.RunHostPaths(filepath.Join(runs, PreviewRunID)).RunDir
+	found := false
+	for _, m := range c.Spec.Mounts {
+		if m.Destination == render.RunDir {
+			found = m.Source == wantRunDir
+		}
+	}
+	if !found {
+		t.Errorf("the run dir must be bound from %s in the preview", wantRunDir)
+	}
+	if c.Spec.Linux.CgroupsPath != "/hookbox/"+PreviewRunID {
+		t.Errorf("cgroupsPath %q", c.Spec.Linux.CgroupsPath)
+	}
+
+	// A launch claims its sources exist: the absent tmpfs is now an error.
+	_, err = NewContainer(ctx, r, Launch{RunID: "x", Host: mounts.RunHostPaths(filepath.Join(runs, "x")), Prepared: true})
+	if err == nil {
+		t.Fatal("a prepared launch without its tmpfs must be refused")
+	}
+}
