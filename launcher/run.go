@@ -16,7 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
+
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -60,37 +60,12 @@ const (
 
 // Options configure a run.
 type Options struct {
-	// Client is a connected containerd client; Address names it in records.
-	Client  *containerd.Client
-	Address string
-	// RuncRoot, when set, is where runc keeps its state (a managed
-	// containerd keeps it apart from the system's).
-	RuncRoot string
-	// FIFODir, when set, is where the task's stdio FIFOs are made (the
-	// client's default, /run/containerd/fifo, is root's).
-	FIFODir string
-	// InheritCgroup: the runtime cannot create the run's cgroup (rootless;
-	// oci.Launch.InheritCgroup). With Delegation, hookbox creates
-	// Delegation.Jobs/<run-id> itself and moves init there between create
-	// and start, with the limits its controllers allow; without, the run
-	// has no cgroup of its own: no limits, no trace, and teardown relies on
-	// the container's pid namespace (SIGKILL to init ends every process in
-	// it). NoDelegation says why there is none.
-	InheritCgroup bool
-	Delegation    *cgroup.Delegation
-	NoDelegation  string
-	// Tracer returns the exec tracer runs are watched with (nil: a BPF
-	// tracer loaded in this process). It is called once per run, in the
-	// background; an error makes the verdict unchecked, with the error
-	// text (or an *UnavailableError's ID) as the reason.
-	Tracer func() (ExecTracer, error)
+	// Backend is where the run executes (Connect).
+	Backend *Backend
 	// StateDir holds the runfiles store and the run records.
 	StateDir string
 	// Grace between SIGTERM and SIGKILL at teardown (DefaultGrace if 0).
 	Grace time.Duration
-	// Env holds the launch-time values of the render's host and secret
-	// variables (already resolved by the caller).
-	Env map[string]string
 	// Sink receives events; Stdout, if set, receives the engine's stdout
 	// as it streams (human mode).
 	Sink    Sink
@@ -114,8 +89,8 @@ type Options struct {
 // exists are returned as err; everything after is in the result (status
 // infra_error with the error text), which is also written to result.json.
 func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
-	if opts.Client == nil {
-		return nil, errors.New("launcher: no containerd client")
+	if opts.Backend == nil || opts.Backend.Client == nil {
+		return nil, errors.New("launcher: no backend connected to containerd")
 	}
 	if opts.Grace <= 0 {
 		opts.Grace = DefaultGrace
@@ -123,6 +98,14 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	if opts.Sink == nil {
 		opts.Sink = SinkFunc(func(Event) {})
 	}
+	// Values are resolved before anything exists: a missing secret leaves
+	// nothing behind, and they go to the container's environment only.
+	env, err := resolveEnv(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	// A cheap collection of what abandoned runs left, before adding a run.
+	collected, _ := GC(ctx, opts.Backend.Client, opts.StateDir, false)
 	started := time.Now()
 	id := opts.RunID
 	if id == "" {
@@ -133,10 +116,13 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("launcher: run record: %w", err)
 	}
 	x := &execution{
-		opts: opts, r: r, id: id, dir: dir, started: started,
+		opts: opts, env: env, r: r, id: id, dir: dir, started: started,
 		ctx: namespaces.WithNamespace(ctx, oci.Namespace),
 		result: &Result{SchemaVersion: ResultSchemaVersion, RunID: id, Spawn: r.Spawn, StartedAt: started.UTC(), RecordDir: dir,
 			Trace: TraceResult{Status: verify.StatusUnchecked, Reasons: []string{ReasonTracerNotRun}}},
+	}
+	if collected != nil && len(collected.Actions) > 0 {
+		x.progress("gc", "collected %d leftovers of abandoned runs", len(collected.Actions))
 	}
 	x.run()
 	return x.result, nil
@@ -145,6 +131,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 // execution is one run in progress.
 type execution struct {
 	opts    Options
+	env     map[string]string // launch-time values of host and secret variables
 	r       *render.Render
 	id, dir string
 	ctx     context.Context
@@ -261,17 +248,11 @@ func (x *execution) prepare() error {
 	if err != nil {
 		return fmt.Errorf("read own start time: %w", err)
 	}
-	x.cgroupsPath = oci.CgroupsPath(x.id)
-	if x.opts.InheritCgroup {
-		x.cgroupsPath = ""
-		if d := x.opts.Delegation; d != nil {
-			x.cgroupsPath = path.Join(d.Jobs, x.id)
-		}
-	}
+	x.cgroupsPath = x.opts.Backend.Cgroups.Path(x.id)
 	intent := Intent{
 		SchemaVersion: 1, RunID: x.id, Spawn: x.r.Spawn, ContainerID: x.id, SnapshotKey: x.id,
 		CgroupsPath: x.cgroupsPath, HookboxPID: os.Getpid(), HookboxStart: self,
-		Address: x.opts.Address, CreatedAt: x.started.UTC(),
+		Address: x.opts.Backend.Address, CreatedAt: x.started.UTC(),
 	}
 	x.ownerStart = strconv.FormatUint(self, 10)
 	if err := writeJSON(filepath.Join(x.dir, IntentFile), intent, 0o644); err != nil {
@@ -319,7 +300,7 @@ func (x *execution) prepare() error {
 		return err
 	}
 	planned, err := plan.NewContainer(x.ctx, x.r, plan.Launch{
-		RunID: x.id, Host: host, Prepared: true, EnvValues: x.opts.Env, InheritCgroup: x.opts.InheritCgroup,
+		RunID: x.id, Host: host, Prepared: true, EnvValues: x.env, InheritCgroup: !x.opts.Backend.Cgroups.RuntimeCreates(),
 	})
 	if err != nil {
 		return err
@@ -334,9 +315,9 @@ func (x *execution) prepare() error {
 		return err
 	}
 	x.progress("container", "create")
-	x.container, err = x.opts.Client.NewContainer(x.ctx, x.id,
+	x.container, err = x.opts.Backend.Client.NewContainer(x.ctx, x.id,
 		containerd.WithSpec(spec),
-		containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.RuncRoot)),
+		containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.Backend.RuncRoot)),
 		containerd.WithContainerLabels(map[string]string{
 			LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
 			LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwnerStart: x.ownerStart,
@@ -380,7 +361,7 @@ func (x *execution) ensureImage() (containerd.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := x.opts.Client.GetImage(x.ctx, built.Name)
+	img, err := x.opts.Backend.Client.GetImage(x.ctx, built.Name)
 	if err == nil {
 		if ok, _ := img.IsUnpacked(x.ctx, images.Snapshotter); ok {
 			return img, nil
@@ -389,7 +370,7 @@ func (x *execution) ensureImage() (containerd.Image, error) {
 		return nil, fmt.Errorf("look up base image: %w", err)
 	}
 	x.progress("image", "import %s", built.Name)
-	return images.Import(x.ctx, x.opts.Client, built)
+	return images.Import(x.ctx, x.opts.Backend.Client, built)
 }
 
 // rootfsMounts makes a read-only view of the base image and returns the
@@ -401,11 +382,11 @@ func (x *execution) rootfsMounts(img containerd.Image) ([]mount.Mount, error) {
 	}
 	// The view is held by a lease named after the run, so containerd's
 	// garbage collector leaves it alone until teardown (or gc) drops both.
-	if _, err := x.opts.Client.LeasesService().Create(x.ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
+	if _, err := x.opts.Backend.Client.LeasesService().Create(x.ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
 		leases.WithLabels(x.ownerLabels())); err != nil && !errdefs.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("lease for the base image view: %w", err)
 	}
-	sn := x.opts.Client.SnapshotService(images.Snapshotter)
+	sn := x.opts.Backend.Client.SnapshotService(images.Snapshotter)
 	view, err := sn.View(leases.WithLease(x.ctx, x.id), x.id, identity.ChainID(diffIDs).String(),
 		snapshots.WithLabels(x.ownerLabels()))
 	if err != nil {
@@ -495,41 +476,29 @@ func (x *execution) create() error {
 
 func (x *execution) stdioOpts() []cio.Opt {
 	opts := []cio.Opt{cio.WithStreams(nil, x.stdoutW, x.stderrF)}
-	if x.opts.FIFODir != "" {
-		opts = append(opts, cio.WithFIFODir(x.opts.FIFODir))
+	if dir := x.opts.Backend.FIFODir; dir != "" {
+		opts = append(opts, cio.WithFIFODir(dir))
 	}
 	return opts
 }
 
-// openCgroup opens the run's cgroup once init exists: the one runc made,
-// or (rootless) one hookbox makes in its delegated subtree and moves init
-// into before anything runs. A rootless run without one is degraded, not
-// failed.
+// openCgroup gives init its cgroup once it exists (the backend's Place:
+// the one runc made, or one hookbox makes in a delegated subtree before
+// anything runs) and opens it. A run the backend cannot give a cgroup is
+// degraded, not failed.
 func (x *execution) openCgroup(initPID int) error {
-	if !x.opts.InheritCgroup {
-		var err error
-		if x.cg, err = cgroup.Open(x.cgroupsPath); err != nil {
+	l := x.r.Limits
+	limits := cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, MilliCPUs: l.MilliCPUs}
+	p, degraded, err := x.opts.Backend.Cgroups.Place(x.id, initPID, limits)
+	if err == nil {
+		x.result.Degraded = append(x.result.Degraded, degraded...)
+		if x.cg, err = cgroup.Open(p); err != nil {
 			return fmt.Errorf("open run cgroup: %w", err)
 		}
 		return nil
 	}
-	l := x.r.Limits
-	limits := cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, MilliCPUs: l.MilliCPUs}
-	if d := x.opts.Delegation; d != nil {
-		p, degraded, err := d.Place(x.id, initPID, limits)
-		if err == nil {
-			x.result.Degraded = append(x.result.Degraded, degraded...)
-			x.cg, err = cgroup.Open(p)
-			if err != nil {
-				return fmt.Errorf("open run cgroup: %w", err)
-			}
-			return nil
-		}
-		x.noCgroup = err.Error()
-	} else {
-		x.noCgroup = x.opts.NoDelegation
-	}
 	// No cgroup of the run's own: every limit is off.
+	x.noCgroup = err.Error()
 	x.cgroupsPath = ""
 	x.result.Degraded = append(x.result.Degraded, ReasonNoRunCgroup)
 	x.result.Degraded = append(x.result.Degraded, cgroup.Unapplied(limits)...)

@@ -144,7 +144,7 @@ func (x *execution) harvest() {
 }
 
 func (x *execution) deleteContainer(ctx context.Context) error {
-	c, err := x.opts.Client.LoadContainer(ctx, x.id)
+	c, err := x.opts.Backend.Client.LoadContainer(ctx, x.id)
 	if errdefs.IsNotFound(err) {
 		return nil
 	}
@@ -158,7 +158,7 @@ func (x *execution) deleteContainer(ctx context.Context) error {
 }
 
 func (x *execution) deleteSnapshot(ctx context.Context) error {
-	return removeSnapshot(ctx, x.opts.Client, x.id)
+	return removeSnapshot(ctx, x.opts.Backend.Client, x.id)
 }
 
 // writeConfigFiles writes the render's files under render.ConfigDir into

@@ -107,7 +107,7 @@ func (x *execution) startTracer() {
 	x.trace = &tracing{ready: make(chan struct{})}
 	go func() {
 		defer close(x.trace.ready)
-		load := x.opts.Tracer
+		load := x.opts.Backend.Tracer
 		if load == nil {
 			load = LocalTracer
 		}

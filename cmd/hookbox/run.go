@@ -86,14 +86,23 @@ configuration error is reported there instead of failing the run.`,
 			case stateDir == "":
 				stateDir = runfiles.DefaultStateDir()
 			}
+			traced := r.Trace.Mode != render.TraceOff
+			progress := func(phase string) func(string) {
+				return func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, phase, msg) }
+			}
+			cfg := launcher.BackendConfig{Address: address, Daemon: daemonOptions(true, stateDir, progress("containerd")), Traced: traced}
 			if !isInner && (rootlessFlag || rootlessUser()) {
-				return enterRootless(cmd.Context(), address, stateDir, r.Trace.Mode != render.TraceOff, func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, "rootless", msg) })
+				if !rootlessUser() {
+					return usageError{errors.New("--rootless: run hookbox as the non-root user whose rootless containerd it should use (as root, hookbox runs rootful)")}
+				}
+				cfg.Daemon.Progress = progress("rootless")
+				return exitError{exitInfra, launcher.EnterRootless(cmd.Context(), cfg, stateDir, os.Args[1:]).Error()}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()                                                                 // a second signal must not kill hookbox mid-teardown
 			flagged := cmd.Flags().Changed("notify") || cmd.Flags().Changed("no-notify") // --notify-timeout alone adds no layer
 			plan := resolveNotify(notify.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn))
-			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, rootless: inner})
+			return runSpawn(ctx, cmd, r, cfg, runFlags{stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
@@ -110,13 +119,11 @@ configuration error is reported there instead of failing the run.`,
 }
 
 type runFlags struct {
-	address, stateDir string
-	json              bool
-	grace             time.Duration
-	requireTrace      bool
-	notify            notify.Plan
-	// rootless: this hookbox was re-executed inside RootlessKit's namespaces.
-	rootless *rootless.Context
+	stateDir     string
+	json         bool
+	grace        time.Duration
+	requireTrace bool
+	notify       notify.Plan
 }
 
 // resolveNotify adds the global config layer and resolves the notifier.
@@ -146,34 +153,14 @@ func pickSpawn(renders []*render.Render, name, file string) (*render.Render, err
 	return renders[0], nil
 }
 
-func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFlags) error {
+func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg launcher.BackendConfig, f runFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	env, err := launchEnv(ctx, r)
+	backend, err := launcher.Connect(ctx, cfg)
 	if err != nil {
 		return exitError{exitInfra, err.Error()}
 	}
-	address := f.address
-	if f.rootless != nil {
-		address = f.rootless.Address
-	}
-	client, endpoint, err := daemon.Resolve(ctx, address, daemonOptions(true, f.stateDir,
-		func(msg string) { progressLine(stderr, f.json, "containerd", msg) }))
-	if err != nil {
-		return exitError{exitInfra, err.Error()}
-	}
-	defer client.Close()
-	// A cheap collection of what abandoned runs left, before adding a run.
-	if report, err := launcher.GC(ctx, client, f.stateDir, false); err == nil && len(report.Actions) > 0 {
-		progressLine(stderr, f.json, "gc", fmt.Sprintf("collected %d leftovers of abandoned runs", len(report.Actions)))
-	}
-
-	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: os.Getenv("XHB_FIFO"), StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace, Notify: f.notify}
-	switch {
-	case f.rootless != nil:
-		rootlessRunOptions(f.rootless, &opts)
-	case r.Trace.Mode != render.TraceOff:
-		opts.Tracer = rootTracer()
-	}
+	defer backend.Close()
+	opts := launcher.Options{Backend: backend, StateDir: f.stateDir, Grace: f.grace, Version: version, RequireTrace: f.requireTrace, Notify: f.notify}
 	if f.notify.Warning != "" && !f.json {
 		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
 	}
@@ -220,44 +207,6 @@ func daemonOptions(autoStart bool, stateDir string, progress func(string)) daemo
 		SystemAddress: os.Getenv("HOOKBOX_SYSTEM_CONTAINERD_ADDRESS"),
 		Progress:      progress,
 	}
-}
-
-// launchEnv resolves the values of the render's host and secret variables.
-// Values go to the container's environment only.
-func launchEnv(ctx context.Context, r *render.Render) (map[string]string, error) {
-	env := map[string]string{}
-	var names []string
-	for _, e := range r.Process.Env {
-		switch e.Source {
-		case render.EnvHost:
-			if v, ok := os.LookupEnv(e.Name); ok {
-				env[e.Name] = v
-			}
-		case render.EnvSecret:
-			names = append(names, e.Name)
-		}
-	}
-	if len(names) == 0 {
-		return env, nil
-	}
-	path, err := secrets.DefaultConfigPath(os.Getenv)
-	if err != nil && !errors.Is(err, secrets.ErrNoConfigPath) {
-		return nil, err
-	}
-	lookup := secrets.Lookup{}
-	if path != "" {
-		if lookup, err = secrets.LoadLookup(path); err != nil {
-			return nil, err
-		}
-	}
-	values, err := secrets.Resolver{Lookup: lookup, LookupEnv: os.LookupEnv}.Resolve(ctx, names)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range values {
-		env[k] = v
-	}
-	return env, nil
 }
 
 func progressLine(w io.Writer, quiet bool, phase, detail string) {

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/launcher"
@@ -35,21 +36,19 @@ func newGCCommand() *cobra.Command {
 			// Rootless: what runs left (tmpfs mounts, containers) lives in
 			// RootlessKit's namespaces, so gc runs there too.
 			inner, isInner := rootless.Inner()
-			switch {
-			case isInner:
-				address = inner.Address
-				if stateDir == "" {
-					stateDir = inner.StateDir
-				}
-			case rootlessUser():
-				return enterRootless(cmd.Context(), address, stateDirOr(stateDir), false, nil)
+			if isInner && stateDir == "" {
+				stateDir = inner.StateDir
 			}
-			client, _, err := daemon.Resolve(cmd.Context(), address, daemonOptions(false, stateDirOr(stateDir), nil))
-			if err != nil {
+			cfg := launcher.BackendConfig{Address: address, Daemon: daemonOptions(false, stateDirOr(stateDir), nil)}
+			if !isInner && rootlessUser() {
+				return exitError{exitInfra, launcher.EnterRootless(cmd.Context(), cfg, stateDirOr(stateDir), os.Args[1:]).Error()}
+			}
+			var client *containerd.Client
+			if backend, err := launcher.Connect(cmd.Context(), cfg); err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "hookbox: gc without containerd (%v): only processes, tmpfs and cgroups are collected\n", err)
-				client = nil
 			} else {
-				defer client.Close()
+				defer backend.Close()
+				client = backend.Client
 			}
 			report, err := launcher.GC(cmd.Context(), client, stateDirOr(stateDir), dryRun)
 			if err != nil {

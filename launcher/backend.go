@@ -1,0 +1,235 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"syscall"
+
+	containerd "github.com/containerd/containerd/v2/client"
+
+	"hookbox.dev/hookbox/ebpf"
+	"hookbox.dev/hookbox/launcher/cgroup"
+	"hookbox.dev/hookbox/launcher/daemon"
+	"hookbox.dev/hookbox/launcher/rootless"
+	"hookbox.dev/hookbox/oci"
+	"hookbox.dev/hookbox/tracehelper"
+)
+
+// Backend is where runs execute: the containerd endpoint and client, where
+// runc keeps its state and the task FIFOs go, how each run gets a cgroup of
+// its own, and how its execs are traced. The run lifecycle asks it these
+// questions and never branches on which backend it is (docs/contracts.md
+// §7); Kind only labels records and messages.
+type Backend struct {
+	Kind    string // BackendRootful or BackendRootless
+	Client  *containerd.Client
+	Address string
+	// RuncRoot and FIFODir, when set, replace runc's state root and the
+	// client's FIFO directory (both of which are root's by default).
+	RuncRoot string
+	FIFODir  string
+	Cgroups  Cgroups
+	// Tracer returns the exec tracer of a run; it is called once per run,
+	// in the background. An error makes the verdict unchecked with the
+	// error (an *UnavailableError's ID) as the reason.
+	Tracer func() (ExecTracer, error)
+}
+
+// Backend kinds.
+const (
+	BackendRootful  = "rootful"
+	BackendRootless = "rootless"
+)
+
+// Close releases the backend's client.
+func (b *Backend) Close() error {
+	if b == nil || b.Client == nil {
+		return nil
+	}
+	return b.Client.Close()
+}
+
+// Cgroups is how a backend gives a run a cgroup of its own: the unit of
+// kill-all teardown, limits and trace scope.
+type Cgroups interface {
+	// Path is the run's cgroup path, known before anything is created
+	// (recorded in the intent so gc finds it); "" when the run will have
+	// none.
+	Path(runID string) string
+	// RuntimeCreates: the OCI spec names Path with the run's limits and
+	// the runtime creates it. Otherwise the spec carries neither and
+	// Place moves init into the cgroup between create and start.
+	RuntimeCreates() bool
+	// Place gives the created task's init (not started yet) its cgroup and
+	// returns its path and the limits it could not apply, as degraded
+	// reason ids. An error means the run has no cgroup of its own: it is
+	// degraded (no limits, no trace), and teardown relies on the
+	// container's pid namespace.
+	Place(runID string, initPID int, limits cgroup.Limits) (string, []string, error)
+}
+
+// runtimeCgroups: the runtime (runc as root) creates /hookbox/<run-id>
+// with the limits from the spec.
+type runtimeCgroups struct{}
+
+func (runtimeCgroups) Path(runID string) string { return oci.CgroupsPath(runID) }
+func (runtimeCgroups) RuntimeCreates() bool     { return true }
+func (runtimeCgroups) Place(runID string, _ int, _ cgroup.Limits) (string, []string, error) {
+	return oci.CgroupsPath(runID), nil, nil
+}
+
+// delegatedCgroups: a rootless runtime cannot create cgroups, so hookbox
+// makes <jobs>/<run-id> in the user's delegated cgroup2 subtree itself.
+type delegatedCgroups struct{ d cgroup.Delegation }
+
+func (c delegatedCgroups) Path(runID string) string { return path.Join(c.d.Jobs, runID) }
+func (delegatedCgroups) RuntimeCreates() bool       { return false }
+func (c delegatedCgroups) Place(runID string, pid int, l cgroup.Limits) (string, []string, error) {
+	return c.d.Place(runID, pid, l)
+}
+
+// noCgroups: no delegated subtree; why says so.
+type noCgroups struct{ why string }
+
+func (noCgroups) Path(string) string   { return "" }
+func (noCgroups) RuntimeCreates() bool { return false }
+func (c noCgroups) Place(string, int, cgroup.Limits) (string, []string, error) {
+	return "", nil, errors.New(c.why)
+}
+
+// BackendConfig is what connecting to a backend needs from the caller.
+type BackendConfig struct {
+	// Address is the containerd socket asked for explicitly ("" = the
+	// daemon package's precedence).
+	Address string
+	Daemon  daemon.Options
+	// Traced: runs will be traced, so reach the tracer helper now.
+	Traced bool
+}
+
+// Connect returns the backend this process runs on: rootful, or (inside
+// RootlessKit's namespaces, see rootless.Inner) rootless. A rootless user
+// outside them must call EnterRootless first.
+func Connect(ctx context.Context, cfg BackendConfig) (*Backend, error) {
+	if rc, inner := rootless.Inner(); inner {
+		return connectRootless(ctx, rc, cfg)
+	}
+	client, endpoint, err := daemon.Resolve(ctx, cfg.Address, cfg.Daemon)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{Kind: BackendRootful, Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot,
+		Cgroups: runtimeCgroups{}, Tracer: LocalTracer}
+	if cfg.Traced {
+		// One BPF load per host: a root hookbox also traces through the
+		// helper when one answers, and loads the tracer itself otherwise.
+		if c, err := tracehelper.Dial(tracehelper.SocketPath()); err == nil {
+			b.Tracer = throughHelper(c)
+		}
+	}
+	return b, nil
+}
+
+func connectRootless(ctx context.Context, rc *rootless.Context, cfg BackendConfig) (*Backend, error) {
+	client, _, err := daemon.Resolve(ctx, rc.Address, cfg.Daemon)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{Kind: BackendRootless, Client: client, Address: rc.Address, RuncRoot: rc.RuncRoot, FIFODir: rc.FIFODir}
+	if d, err := cgroup.FindDelegation(); err == nil {
+		b.Cgroups = delegatedCgroups{d}
+	} else {
+		b.Cgroups = noCgroups{err.Error()}
+	}
+	if rc.TracerFD <= 0 {
+		why := rc.TracerUnavailable
+		b.Tracer = func() (ExecTracer, error) {
+			return nil, &UnavailableError{ID: ReasonRootlessTracer, Detail: why}
+		}
+		return b, nil
+	}
+	// Inherited across the re-exec on purpose; not to be inherited further
+	// (by a notifier, say).
+	syscall.CloseOnExec(rc.TracerFD)
+	c, err := tracehelper.FromFile(os.NewFile(uintptr(rc.TracerFD), "tracer-helper"))
+	if err != nil {
+		b.Tracer = func() (ExecTracer, error) {
+			return nil, &UnavailableError{ID: ReasonRootlessTracer, Detail: "tracer helper connection: " + err.Error()}
+		}
+		return b, nil
+	}
+	b.Tracer = throughHelper(c)
+	return b, nil
+}
+
+// ReasonRootlessTracer is the reason id of an unchecked verdict of a
+// rootless run with no tracer helper to ask: tracer-unavailable:rootless.
+const ReasonRootlessTracer = "rootless"
+
+// EnterRootless provisions the rootless backend for a non-root user
+// (finding or starting a rootless containerd under RootlessKit), connects
+// to the tracer helper when traced and one listens, and re-executes this
+// hookbox command (args) inside RootlessKit's namespaces, where Connect
+// returns the rootless backend. It returns only on failure.
+func EnterRootless(ctx context.Context, cfg BackendConfig, stateDir string, args []string) error {
+	endpoint, err := daemon.ResolveRootless(ctx, cfg.Address, cfg.Daemon)
+	if err != nil {
+		return err
+	}
+	rc := rootless.Context{Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: endpoint.FIFODir, StateDir: stateDir}
+	if !cfg.Traced {
+		return rootless.Enter(endpoint, rc, args)
+	}
+	// Dialled here, outside the namespaces: the helper authenticates this
+	// connection by its peer credentials, which are the user's, and its
+	// socket need not be visible inside RootlessKit's mount namespace.
+	f, why := dialHelperFile()
+	if f == nil {
+		rc.TracerUnavailable = why
+		return rootless.Enter(endpoint, rc, args)
+	}
+	rc.TracerFD = int(f.Fd())
+	return rootless.Enter(endpoint, rc, args, f)
+}
+
+// dialHelperFile connects to `hookbox tracer serve` and returns the
+// connection as a file to inherit, or says why there is none.
+func dialHelperFile() (*os.File, string) {
+	path := tracehelper.SocketPath()
+	c, err := tracehelper.Dial(path)
+	if err != nil {
+		cause := err
+		var op *net.OpError
+		if errors.As(err, &op) {
+			cause = op.Err
+		}
+		return nil, fmt.Sprintf("no tracer helper answers at %s (%v): run `sudo hookbox tracer serve` (or install contrib/systemd/hookbox-tracer.service) for a checked verdict", path, cause)
+	}
+	defer c.Close()
+	f, err := c.File()
+	if err != nil {
+		return nil, fmt.Sprintf("tracer helper connection: %v", err)
+	}
+	return f, ""
+}
+
+// throughHelper traces runs through a connection to the helper.
+func throughHelper(c *tracehelper.Client) func() (ExecTracer, error) {
+	return func() (ExecTracer, error) { return helperTracer{c}, nil }
+}
+
+// helperTracer watches through the privileged helper: it is handed the
+// cgroup directory itself, and proves ownership by it.
+type helperTracer struct{ c *tracehelper.Client }
+
+func (h helperTracer) Watch(dir string, _ uint64, policy ebpf.Policy) (ExecWatch, error) {
+	w, err := h.c.Watch(dir, policy)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}

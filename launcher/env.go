@@ -1,0 +1,48 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/secrets"
+)
+
+// launchEnv resolves the values of the render's host and secret variables.
+// Values go to the container's environment only.
+func resolveEnv(ctx context.Context, r *render.Render) (map[string]string, error) {
+	env := map[string]string{}
+	var names []string
+	for _, e := range r.Process.Env {
+		switch e.Source {
+		case render.EnvHost:
+			if v, ok := os.LookupEnv(e.Name); ok {
+				env[e.Name] = v
+			}
+		case render.EnvSecret:
+			names = append(names, e.Name)
+		}
+	}
+	if len(names) == 0 {
+		return env, nil
+	}
+	path, err := secrets.DefaultConfigPath(os.Getenv)
+	if err != nil && !errors.Is(err, secrets.ErrNoConfigPath) {
+		return nil, err
+	}
+	lookup := secrets.Lookup{}
+	if path != "" {
+		if lookup, err = secrets.LoadLookup(path); err != nil {
+			return nil, err
+		}
+	}
+	values, err := secrets.Resolver{Lookup: lookup, LookupEnv: os.LookupEnv}.Resolve(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range values {
+		env[k] = v
+	}
+	return env, nil
+}
