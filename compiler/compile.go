@@ -169,8 +169,9 @@ func (c *compilation) containerView(s *SpawnSpec) *SpawnSpec {
 	return &view
 }
 
-// addProgram records a program by its container path (DESIGN "Runfiles":
-// programs appear where the host has them, unless a mount would hide them).
+// addProgram records a program by its container path (docs/architecture.md,
+// "Words": programs appear where the host has them, unless a mount would
+// hide them).
 func (c *compilation) addProgram(path, role string) {
 	prog, ok := c.programs[path]
 	if !ok {
@@ -299,9 +300,9 @@ func (c *compilation) mounts() {
 	c.r.Mounts = ms
 }
 
-// baseEnv builds the container environment (CONTRACTS §3): PATH and HOME
-// from hookbox, explicit values, and references for allow-listed host
-// variables and secrets. No host value is read here.
+// baseEnv builds the container environment (docs/contracts.md §3): PATH
+// and HOME from hookbox, explicit values, and references for allow-listed
+// host variables and secrets. No host value is read here.
 func (c *compilation) baseEnv() {
 	s := c.spec
 	c.setEnv("PATH", render.EnvHookbox, strings.Join(c.pathDirs, ":"))

@@ -17,7 +17,7 @@ func clampTo(effort, ceiling string) string {
 }
 
 // codexEarlierModels are the Codex models released before the gpt-5.6
-// family; their effort ceiling is xhigh (CONTRACTS §6).
+// family; their effort ceiling is xhigh (docs/contracts.md §6).
 var codexEarlierModels = []string{
 	"codex-mini-latest",
 	"gpt-5", "gpt-5-codex", "gpt-5-codex-mini", "gpt-5-mini", "gpt-5-nano",

@@ -7,7 +7,8 @@ import (
 	"testing"
 )
 
-// TestCodexEffortClampTable: every level × every model family (CONTRACTS §6).
+// TestCodexEffortClampTable: every level × every model family
+// (docs/contracts.md §6).
 func TestCodexEffortClampTable(t *testing.T) {
 	// want[model][level] is the effort Codex receives.
 	same := map[string]string{}
@@ -39,7 +40,7 @@ func TestCodexEffortClampTable(t *testing.T) {
 	// The explicit expectations of the contract, spelled out.
 	if models["gpt-5.6-luna"]["ultra"] != "max" || models["gpt-5.6-luna"]["max"] != "max" ||
 		models["gpt-5.2"]["max"] != "xhigh" || models["gpt-5.2"]["ultra"] != "xhigh" || models["gpt-5.6-sol"]["ultra"] != "ultra" {
-		t.Fatal("test table does not encode CONTRACTS §6")
+		t.Fatal("test table does not encode docs/contracts.md §6")
 	}
 	for model, want := range models {
 		for _, level := range efforts {

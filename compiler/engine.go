@@ -16,7 +16,7 @@ import (
 type engineDef struct {
 	kind string
 	// streamsEarly: the engine prints its first output shortly after start,
-	// so first-output and idle watchdogs apply (CONTRACTS §6).
+	// so first-output and idle watchdogs apply (docs/contracts.md §6).
 	streamsEarly bool
 	// prompt: whether the engine takes a prompt.
 	prompt promptRule

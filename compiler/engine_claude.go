@@ -39,7 +39,7 @@ var claudeFlags = flagTable{
 		return claudeSettingsPath
 	}},
 	// Servers without credentials go inline; with env or headers they go to
-	// a 0600 file, never on argv (CONTRACTS §6).
+	// a 0600 file, never on argv (docs/contracts.md §6).
 	{kind: flagJSONValue, name: "--mcp-config", value: func(c *compilation) any {
 		if c.spec.MCPServers == nil || mcpHasCredentials(*c.spec.MCPServers) {
 			return nil
@@ -101,8 +101,8 @@ func buildClaude(c *compilation) error {
 }
 
 // addClaudeSettings writes the hooks in Claude Code's exec form: a hook with
-// an args array is exec'd directly, so the argv that runs is exactly the
-// spec's (FIELD-NOTES "Engine CLIs").
+// an args array is exec'd directly (measured with Claude Code 2.1.197), so
+// the argv that runs is exactly the spec's (docs/contracts.md §4).
 func (c *compilation) addClaudeSettings() error {
 	type handler struct {
 		Type    string   `json:"type"`

@@ -6,8 +6,9 @@ import (
 	"hookbox.dev/hookbox/render/canonjson"
 )
 
-// flagKind is how a spec field becomes argv (CONTRACTS §6). Engines declare
-// their flags as a table of these; nothing assembles argv by hand.
+// flagKind is how a spec field becomes argv (docs/contracts.md §6).
+// Engines declare their flags as a table of these; nothing assembles argv
+// by hand.
 type flagKind int
 
 const (

@@ -65,7 +65,7 @@ func (v *Quantity) decodeNode(d *decoder, n *yaml.Node, path string) {
 
 // Command is an argv. The spec may give it as a list (preferred) or as a
 // string that splits into POSIX words and needs no shell feature
-// (CONTRACTS §4); anything else is refused with an argv suggestion.
+// (docs/contracts.md §4); anything else is refused with an argv suggestion.
 type Command []string
 
 func (c *Command) decodeNode(d *decoder, n *yaml.Node, path string) {

@@ -22,7 +22,8 @@ var (
 // reservedEnv are set by hookbox for every container.
 var reservedEnv = []string{"PATH", "HOME"}
 
-// efforts is the effort vocabulary in increasing order (CONTRACTS §6).
+// efforts is the effort vocabulary in increasing order
+// (docs/contracts.md §6).
 var efforts = []string{"none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"}
 
 // errf reports a problem at a field path of this spawn.
@@ -333,7 +334,7 @@ func (p *Parsed) validateEnv(diags *diagnostics) {
 	}
 	if len(s.Secrets) > 0 {
 		if err := secrets.CheckNames(s.Secrets); err != nil {
-			// Refusal is total (CONTRACTS §3): the whole block is rejected.
+			// Refusal is total (docs/contracts.md §3): the whole block is rejected.
 			field := "spec.secrets"
 			var refused *secrets.RefusedError
 			if errors.As(err, &refused) {

@@ -13,10 +13,10 @@ import (
 
 // ResultSchemaVersion is the version of result.json. Within a version,
 // fields never change name, type, meaning or requiredness; new optional
-// fields may be added (CONTRACTS §5).
+// fields may be added (docs/contracts.md §5).
 const ResultSchemaVersion = 1
 
-// Files of a run record directory (DESIGN "Run record").
+// Files of a run record directory (docs/architecture.md, "Words").
 const (
 	IntentFile  = "intent.json"
 	RenderFile  = "render.json"
@@ -42,8 +42,8 @@ func NewRunID(now time.Time) string {
 func RunsDir(stateDir string) string { return filepath.Join(stateDir, "runs") }
 
 // Intent is written before anything is created, so that a later gc always
-// finds what a run may have left behind (CONTRACTS §1): the container id is
-// chosen before creation.
+// finds what a run may have left behind (docs/contracts.md §1): the
+// container id is chosen before creation.
 type Intent struct {
 	SchemaVersion int       `json:"schema_version"`
 	RunID         string    `json:"run_id"`
@@ -58,7 +58,8 @@ type Intent struct {
 }
 
 // Spawned is the spawn record: written once the sandbox exists and before
-// any output is read (CONTRACTS §1). It binds identity with more than a pid.
+// any output is read (docs/contracts.md §1). It binds identity with more
+// than a pid.
 type Spawned struct {
 	SchemaVersion int       `json:"schema_version"`
 	RunID         string    `json:"run_id"`

@@ -80,7 +80,7 @@ type Timings struct {
 
 // TraceResult is the verdict section (render/verify): confirmed only on
 // complete evidence; otherwise unchecked with reasons, or mismatch with
-// diffs (CONTRACTS §5).
+// diffs (docs/contracts.md §5).
 type TraceResult struct {
 	Mode    string         `json:"mode,omitempty"` // the render's trace mode
 	Status  string         `json:"status"`

@@ -1,10 +1,10 @@
 // Package launcher runs a render as a containerd task and records the run.
 //
-// It owns the run lifecycle (CONTRACTS §1, §2, §5): the run id and intent are
-// written before anything is created; the spawn record is written once the
-// sandbox exists and before any output is read; teardown ends every process
-// in the run's cgroup, survives a second cancellation, and is retry-safe;
-// the result is written last. It never judges what ran (the render package
+// It owns the run lifecycle (docs/contracts.md §1, §2, §5): the run id and
+// intent are written before anything is created; the spawn record is
+// written once the sandbox exists and before any output is read; teardown
+// ends every process in the run's cgroup, survives a second cancellation,
+// and is retry-safe; the result is written last. It never judges what ran (the render package
 // does) and never prints a secret: values reach only the container's
 // environment.
 package launcher
@@ -452,7 +452,7 @@ func (x *execution) create() error {
 		return err
 	}
 	// Recorded before anything reads output; failing to record is fatal
-	// (CONTRACTS §1): nothing may run unrecorded.
+	// (docs/contracts.md §1): nothing may run unrecorded.
 	if err := writeJSON(filepath.Join(x.dir, SpawnedFile), spawned, 0o644); err != nil {
 		return fmt.Errorf("write spawn record: %w", err)
 	}
@@ -592,8 +592,9 @@ func (x *execution) recordExit(st containerd.ExitStatus) {
 }
 
 // teardown ends every process of the run and removes every resource. It
-// runs to completion whatever happens to the caller's context (CONTRACTS
-// §2), and every step counts an already-gone resource as cleaned.
+// runs to completion whatever happens to the caller's context
+// (docs/contracts.md §2), and every step counts an already-gone resource
+// as cleaned.
 func (x *execution) teardown() {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), x.opts.Grace+2*time.Minute)
 	defer cancel()

@@ -20,7 +20,7 @@ import (
 // already exited, to whoever is left), a grace period that ends early once
 // the cgroup is empty, then SIGKILL to every member, then a wait until the
 // cgroup has no members. Escalation keys on cgroup membership, never on
-// init alone (CONTRACTS §2).
+// init alone (docs/contracts.md §2).
 func (x *execution) stopAll(ctx context.Context) error {
 	x.collectExit(0)
 	if x.result.ExitCode == nil {
@@ -112,7 +112,7 @@ func (x *execution) decideStatus(oom bool) {
 }
 
 // harvest copies the tmpfs run dir into the record and resolves the
-// declared artifacts (CONTRACTS §5).
+// declared artifacts (docs/contracts.md §5).
 func (x *execution) harvest() {
 	dst := filepath.Join(x.dir, ArtifactDir)
 	report, err := mounts.Harvest(x.runDir, dst, x.r.Limits.TmpfsBytes)

@@ -99,7 +99,8 @@ type tracing struct {
 }
 
 // startTracer loads the tracer in the background, so its cost overlaps
-// with preparing and creating the container (FIELD-NOTES: 26–32 ms).
+// with preparing and creating the container (26–32 ms, measured on a
+// 2-vCPU Debian 12 VM).
 func (x *execution) startTracer() {
 	if x.r.Trace.Mode == render.TraceOff {
 		return
@@ -116,9 +117,10 @@ func (x *execution) startTracer() {
 }
 
 // armTracer watches the run's cgroup between task create and start: no
-// exec happens in that cgroup before Start (FIELD-NOTES), so the first
-// event is the engine. It computes the identity of every program as the
-// container sees it. An error is returned only with RequireTrace.
+// exec happens in that cgroup before Start (runc init waits on its exec
+// fifo), so the first event is the engine. It computes the identity of
+// every program as the container sees it. An error is returned only with
+// RequireTrace.
 func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) error {
 	if x.trace == nil {
 		return nil

@@ -17,7 +17,7 @@ type ArtifactStatus string
 
 // Artifact statuses. Missing is reported only when the search ran to the
 // end; a search that could not read something it needed is unchecked
-// (CONTRACTS §5: a check that failed is never "found nothing").
+// (docs/contracts.md §5: a check that failed is never "found nothing").
 const (
 	ArtifactFound     ArtifactStatus = "found"
 	ArtifactMissing   ArtifactStatus = "missing"
@@ -35,7 +35,8 @@ type ArtifactMatch struct {
 }
 
 // ResolveArtifacts matches declared artifacts against root, a harvested run
-// dir, by the rules of CONTRACTS §5, one match per declared entry in order:
+// dir, by the rules of docs/contracts.md §5, one match per declared entry
+// in order:
 //
 //   - an entry ending in "/" names a directory and matches exactly;
 //   - a bare filename matches a regular file at the root first, then in the

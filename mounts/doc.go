@@ -43,12 +43,13 @@
 // can be harvested on success, failure, timeout or kill alike. Seed writes
 // the render's files under render.RunDir into it. Harvest copies it out
 // without following a single symlink and reports every entry it skipped.
-// Unmount is retry-safe (CONTRACTS §2): a mount or directory already gone
-// counts as cleaned.
+// Unmount is retry-safe (docs/contracts.md §2): a mount or directory
+// already gone counts as cleaned.
 //
 // # Artifacts
 //
 // ResolveArtifacts matches declared artifacts against a harvested run dir
-// (CONTRACTS §5). A directory that could not be read makes the match
-// unchecked, never missing: only a search that succeeded reports absence.
+// (docs/contracts.md §5). A directory that could not be read makes the
+// match unchecked, never missing: only a search that succeeded reports
+// absence.
 package mounts

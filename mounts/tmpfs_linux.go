@@ -292,10 +292,11 @@ func seedFile(rootfd int, f render.File, uid, gid int) error {
 }
 
 // Unmount unmounts the tmpfs at path and removes the directory. It is
-// retry-safe (CONTRACTS §2): a path that is missing or not mounted counts
-// as unmounted. A busy mount (a process still has a file open there) is
-// detached lazily: it disappears from the host at once and its memory is
-// freed when the last user lets go. Stacked tmpfs mounts are all removed.
+// retry-safe (docs/contracts.md §2): a path that is missing or not
+// mounted counts as unmounted. A busy mount (a process still has a file
+// open there) is detached lazily: it disappears from the host at once and
+// its memory is freed when the last user lets go. Stacked tmpfs mounts are
+// all removed.
 // Unmount refuses (ErrMountConflict) to touch a mount that is not a tmpfs,
 // and to remove a directory that is not empty once unmounted (something
 // wrote into the mountpoint itself, under the tmpfs; inspect it by hand).

@@ -1,5 +1,5 @@
 // Package notify owns the host-side notifier: the program hookbox runs once
-// a run has reached its terminal result (CONTRACTS §4).
+// a run has reached its terminal result (docs/contracts.md §4).
 //
 // It owns the notify configuration (its three layers and their precedence),
 // the payload (the terminal envelope), and running the notifier: argv only,
@@ -163,8 +163,9 @@ func CheckArgv(argv []string) (reason, msg string) {
 	return "", ""
 }
 
-// SplitString turns the string form of an argv into words (CONTRACTS §4):
-// refused, with the shellwords migration diagnostic, when it needs a shell.
+// SplitString turns the string form of an argv into words
+// (docs/contracts.md §4): refused, with the shellwords migration
+// diagnostic, when it needs a shell.
 func SplitString(s string) ([]string, string, string) {
 	words, err := shellwords.Split(s)
 	if err != nil {

@@ -54,8 +54,8 @@ type Launch struct {
 	EnvValues map[string]string
 	// InheritCgroup leaves the container in its runtime's cgroup, with no
 	// cgroupsPath and no resources: a rootless runtime cannot create a
-	// cgroup where no controller is delegated to it (FIELD-NOTES
-	// "Rootless"). The launcher then moves init into a cgroup it owns and
+	// cgroup where no controller is delegated to it (docs/architecture.md,
+	// "Backends"). The launcher then moves init into a cgroup it owns and
 	// applies the limits it can there.
 	InheritCgroup bool
 }
@@ -65,7 +65,7 @@ type Launch struct {
 const PlaceholderValue = "<resolved at launch>"
 
 // CgroupsPath is the cgroup of a run: hookbox sets it itself so the tracer
-// can find the run's cgroup id (FIELD-NOTES "cgroups").
+// can find the run's cgroup id, the inode of its cgroup2 directory.
 func CgroupsPath(runID string) string { return "/hookbox/" + runID }
 
 // Options returns the spec options that build a run's spec, in order.

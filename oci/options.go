@@ -42,10 +42,11 @@ func WithReadonlyRootfs(path string) specOpt {
 }
 
 // WithProcess sets argv, cwd and exactly the render's environment: no
-// default variable of containerd's spec survives (CONTRACTS §3). values
-// holds the launch-time values of host and secret variables; nil means a
-// plan view, where they show PlaceholderValue. At launch, a host variable
-// without a value is left out and a secret without one is an error.
+// default variable of containerd's spec survives (docs/contracts.md §3).
+// values holds the launch-time values of host and secret variables; nil
+// means a plan view, where they show PlaceholderValue. At launch, a host
+// variable without a value is left out and a secret without one is an
+// error.
 func WithProcess(r *render.Render, values map[string]string) specOpt {
 	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
 		if len(r.Process.Argv) == 0 {

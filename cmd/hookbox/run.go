@@ -185,7 +185,7 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 		printSummary(stderr, res)
 	}
 	// The notify line carries only the redacted snippet and the path of the
-	// raw stderr (CONTRACTS §4).
+	// raw stderr (docs/contracts.md §4).
 	if !f.json && res.Notify != nil && res.Notify.Reason != notify.ReasonNotConfigured {
 		fmt.Fprintf(stderr, "hookbox: notify   %s\n", res.Notify.Describe())
 	}

@@ -1,5 +1,5 @@
 // Package shellwords owns the boundary between command strings and argv
-// lists (CONTRACTS §4).
+// lists (docs/contracts.md §4).
 //
 // hookbox never runs a shell on its own side: a hook command is an argv. Split
 // accepts a string form only when POSIX word splitting alone gives the argv

@@ -12,7 +12,7 @@ import (
 )
 
 // JobsDir is the directory, inside a delegated subtree, that holds one
-// cgroup per rootless run (FIELD-NOTES "Rootless": jobs/<run-id>).
+// cgroup per rootless run, jobs/<run-id> (docs/architecture.md, "Backends").
 const JobsDir = "jobs"
 
 // Delegation is the cgroup2 subtree delegated to this (non-root) user:

@@ -22,16 +22,17 @@
 // Run.ID is the cgroup id that bpf_get_current_cgroup_id() returns, the
 // inode number of the cgroup2 directory. A cgroup removed and created again
 // at the same path gets a new id, so comparing a live ID against the spawn
-// record (CONTRACTS §1) tells a reused path from the original. PidStartTime
-// and ProcessAlive do the same for a pid: a pid is the same process only
-// while its start time (clock ticks since boot) is unchanged.
+// record (docs/contracts.md §1) tells a reused path from the original.
+// PidStartTime and ProcessAlive do the same for a pid: a pid is the same
+// process only while its start time (clock ticks since boot) is unchanged.
 //
 // # Teardown
 //
-// A process group is not a containment boundary; the cgroup is (CONTRACTS
-// §2). KillAll signals every member, WaitEmpty waits until there is none,
-// Remove removes the directories. See KillAll for exactly what it guarantees
-// on each layout. A teardown that must not leave anything running loops:
+// A process group is not a containment boundary; the cgroup is
+// (docs/contracts.md §2). KillAll signals every member, WaitEmpty waits
+// until there is none, Remove removes the directories. See KillAll for
+// exactly what it guarantees on each layout. A teardown that must not
+// leave anything running loops:
 //
 //	for {
 //		r.KillAll(unix.SIGKILL)

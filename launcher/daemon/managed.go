@@ -47,9 +47,9 @@ type Managed struct {
 	RuncRoot     string // runc state root for this daemon's tasks (see Endpoint.RuncRoot)
 
 	// Rootless runs the daemon in a user namespace under RootlessKit
-	// (FIELD-NOTES "Rootless"); RootlessKitDir is its --state-dir, whose
-	// child_pid names the process whose namespaces a rootless hookbox
-	// enters. FIFODir is where tasks' stdio FIFOs go.
+	// (docs/architecture.md, "Backends"); RootlessKitDir is its
+	// --state-dir, whose child_pid names the process whose namespaces a
+	// rootless hookbox enters. FIFODir is where tasks' stdio FIFOs go.
 	Rootless       bool
 	RootlessKitDir string
 	FIFODir        string
@@ -130,8 +130,8 @@ func (m Managed) command(bin string) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("rootless containerd needs newuidmap: apt-get install uidmap")
 	}
 	// --net=host: slirp4netns needs /dev/net/tun, root-only on many hosts
-	// (FIELD-NOTES); every container still gets its own loopback-only
-	// network namespace from its spec.
+	// (Debian 12 among them); every container still gets its own
+	// loopback-only network namespace from its spec.
 	args := []string{"--net=host", "--state-dir=" + m.RootlessKitDir}
 	for _, d := range rootlessCopyUp {
 		args = append(args, "--copy-up="+d)

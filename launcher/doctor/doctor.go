@@ -1,7 +1,7 @@
 // Package doctor answers what this host can do for hookbox: a list of
 // checks, each ok, warn or fail with a one-line fix, and the Capabilities
 // that code paths read instead of branching on a backend's name
-// (CONTRACTS §7). It backs `hookbox doctor [--json]`.
+// (docs/contracts.md §7). It backs `hookbox doctor [--json]`.
 //
 // Doctor only looks: it reads /proc, /sys and /etc, asks containerd for its
 // version, and runs `runc --version`. It never starts a daemon, mounts,

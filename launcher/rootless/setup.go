@@ -19,7 +19,7 @@ import (
 
 // SubtreeParent is the cgroup under which Setup delegates one subtree per
 // user, /hookbox-rootless/<uid>, on hosts where nothing delegates one
-// (no systemd user manager, or a hybrid host like FIELD-NOTES's).
+// (no systemd user manager, or a hybrid host such as Debian 12's).
 const SubtreeParent = "/hookbox-rootless"
 
 // SessionDir is the cgroup, inside a delegated subtree, that a user's

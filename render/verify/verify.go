@@ -8,7 +8,7 @@
 // ebpf package (converted into Event); identities from the launcher, which
 // stats the runfiles it mounted.
 //
-// # Verdicts (DESIGN "Verification", CONTRACTS §5)
+// # Verdicts (docs/contracts.md §5)
 //
 // Every event is judged, and each finding is either a contradiction (the
 // trace shows something the render did not plan, or proves something planned
@@ -106,8 +106,8 @@
 //     prefix is compared (the last visible element as a prefix); a
 //     difference there is a contradiction, agreement is only the gap
 //     argv-truncated. Any truncation (an event's flag or Stats.Truncated)
-//     is the gap argv-truncated even for a program whose argv is free: DESIGN
-//     makes "no truncated argv" a condition of confirmed.
+//     is the gap argv-truncated even for a program whose argv is free: "no
+//     truncated argv" is a condition of confirmed (docs/threat-model.md).
 //
 // Diff.Index is an index into the render's argv (the want side), also in
 // shebang form; -1 for findings about the exec as a whole.
