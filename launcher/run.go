@@ -83,8 +83,10 @@ type Options struct {
 	// background; an error makes the verdict unchecked, with the error
 	// text (or an *UnavailableError's ID) as the reason.
 	Tracer func() (ExecTracer, error)
-	// StateDir holds the runfiles store and the run records.
+	// StateDir holds the run records; CacheDir the runfiles store ("" =
+	// StateDir).
 	StateDir string
+	CacheDir string
 	// Grace between SIGTERM and SIGKILL at teardown (DefaultGrace if 0).
 	Grace time.Duration
 	// Env holds the launch-time values of the render's host and secret
@@ -284,7 +286,11 @@ func (x *execution) prepare() error {
 		return err
 	}
 
-	store, err := runfiles.OpenStore(x.opts.StateDir)
+	cacheDir := x.opts.CacheDir
+	if cacheDir == "" {
+		cacheDir = x.opts.StateDir
+	}
+	store, err := runfiles.OpenStore(cacheDir)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,8 @@ import (
 
 	"hookbox.dev/hookbox/compiler"
 	"hookbox.dev/hookbox/images"
+	"hookbox.dev/hookbox/internal/config"
+	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/oci"
 	"hookbox.dev/hookbox/render"
@@ -35,7 +37,7 @@ func newRootCommand() *cobra.Command {
 }
 
 func newRenderCommand() *cobra.Command {
-	var format, spawn, stateDir string
+	var format, spawn, stateDir, cacheDir string
 	var withRunfiles bool
 	var sets []string
 	var kube k8sFlags
@@ -73,10 +75,7 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 				}
 			}
 			if withRunfiles {
-				if stateDir == "" {
-					stateDir = runfiles.DefaultStateDir()
-				}
-				if err := addRunfiles(cmd.Context(), renders, stateDir); err != nil {
+				if err := addRunfiles(cmd.Context(), renders, dirsFrom(stateDir, cacheDir, nil).cache); err != nil {
 					return err
 				}
 			}
@@ -97,7 +96,8 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 	kube.register(cmd.Flags())
 	cmd.Flags().StringVar(&spawn, "spawn", "", "print only the spawn with this name")
 	cmd.Flags().BoolVar(&withRunfiles, "runfiles", false, "assemble the runfiles and include their manifest")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store (default /var/lib/hookbox as root)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store, as for hookbox run (--cache-dir wins)")
+	cmd.Flags().StringVar(&cacheDir, "cache-dir", "", "runfiles store (default /var/cache/hookbox as root, else $XDG_CACHE_HOME/hookbox)")
 	return cmd
 }
 
@@ -155,8 +155,8 @@ func writeRenders(w io.Writer, renders []*render.Render, format string) error {
 
 // addRunfiles assembles each render's runfiles into the store and records
 // the manifest in the render.
-func addRunfiles(ctx context.Context, renders []*render.Render, stateDir string) error {
-	store, err := runfiles.OpenStore(stateDir)
+func addRunfiles(ctx context.Context, renders []*render.Render, cacheDir string) error {
+	store, err := runfiles.OpenStore(cacheDir)
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ const planRunID = "plan"
 
 // planSpec is the OCI spec a run of r would get, before launch.
 func planSpec(r *render.Render, digest string) (*specs.Spec, error) {
-	host := mounts.RunHostPaths(filepath.Join(runfiles.DefaultStateDir(), "runs", planRunID))
+	host := mounts.RunHostPaths(filepath.Join(launcher.RunsDir(config.StateDir()), planRunID))
 	plan, err := mounts.MountPlan(r, host, mounts.HostFeatures())
 	if err != nil {
 		return nil, err

@@ -29,17 +29,17 @@ const reasonRootless = "rootless"
 // rootless containerd under RootlessKit), connects to the tracer helper if
 // traced and one listens, and re-executes this hookbox command inside
 // RootlessKit's namespaces. It returns only on failure.
-func enterRootless(ctx context.Context, address, stateDir string, traced bool, progress func(string)) error {
+func enterRootless(ctx context.Context, address string, dirs hostDirs, traced bool, progress func(string)) error {
 	if !rootlessUser() {
 		return usageError{errors.New("--rootless: run hookbox as the non-root user whose rootless containerd it should use (as root, hookbox runs rootful)")}
 	}
-	opts := daemonOptions(true, stateDir, progress)
+	opts := daemonOptions(true, dirs.daemon, progress)
 	endpoint, err := daemon.ResolveRootless(ctx, address, opts)
 	if err != nil {
 		return exitError{exitInfra, err.Error()}
 	}
 	rc := rootless.Context{Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: endpoint.FIFODir,
-		StateDir: stateDir}
+		StateDir: dirs.state, CacheDir: dirs.cache}
 	var inherit []*os.File
 	if !traced {
 		return exitError{exitInfra, rootless.Enter(endpoint, rc, os.Args[1:]).Error()}

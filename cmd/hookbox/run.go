@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,12 +14,14 @@ import (
 	"golang.org/x/term"
 
 	"hookbox.dev/hookbox/compiler"
+	"hookbox.dev/hookbox/internal/config"
+	"hookbox.dev/hookbox/internal/config/notifyconf"
+	"hookbox.dev/hookbox/internal/config/secretsconf"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/daemon"
 	"hookbox.dev/hookbox/launcher/rootless"
 	"hookbox.dev/hookbox/notify"
 	"hookbox.dev/hookbox/render"
-	"hookbox.dev/hookbox/runfiles"
 	"hookbox.dev/hookbox/secrets"
 )
 
@@ -44,7 +45,7 @@ type exitError struct {
 func (e exitError) Error() string { return e.msg }
 
 func newRunCommand() *cobra.Command {
-	var spawn, address, stateDir string
+	var spawn, address, stateDir, cacheDir string
 	var jsonOut, requireTrace, noNotify, rootlessFlag bool
 	var grace, notifyTimeout time.Duration
 	var notifyArgv string
@@ -54,13 +55,13 @@ func newRunCommand() *cobra.Command {
 		Long: `Compile SPEC and run the spawn as a containerd task: runfiles and workspace
 read-only, a tmpfs run dir as the only writable place, no network. The run
 record (render, OCI spec, spawn record, stdout, stderr, artifacts, result)
-is written under the state directory. --json prints one JSON event per line
+is written under the state directory's runs/. --json prints one JSON event per line
 (progress, spawned, output, result, notify).
 
 Once the result is written, a notifier configured by --notify, else the
 spec's notify block, else the notify block of the global config file
-($HOOKBOX_CONFIG, else $XDG_CONFIG_HOME/hookbox/config.yaml) runs on the
-host: no shell, its own process group, a deadline (default 30s). It gets the
+($HOOKBOX_CONFIG, else $XDG_CONFIG_HOME/hookbox/config.yaml, read after
+/etc/hookbox/config.yaml as root) runs on the host: no shell, its own process group, a deadline (default 30s). It gets the
 terminal envelope as JSON on stdin and as the argv element {payload}
 ({result_path} and {run_id} too). Its outcome is result.json's notify
 section; it never changes the run's status or exit code, and a notify
@@ -80,25 +81,25 @@ configuration error is reported there instead of failing the run.`,
 				return err
 			}
 			inner, isInner := rootless.Inner()
-			switch {
-			case isInner && stateDir == "":
-				stateDir = inner.StateDir
-			case stateDir == "":
-				stateDir = runfiles.DefaultStateDir()
-			}
+			dirs := dirsFrom(stateDir, cacheDir, inner)
 			if !isInner && (rootlessFlag || rootlessUser()) {
-				return enterRootless(cmd.Context(), address, stateDir, r.Trace.Mode != render.TraceOff, func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, "rootless", msg) })
+				return enterRootless(cmd.Context(), address, dirs, r.Trace.Mode != render.TraceOff, func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, "rootless", msg) })
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()                                                                 // a second signal must not kill hookbox mid-teardown
 			flagged := cmd.Flags().Changed("notify") || cmd.Flags().Changed("no-notify") // --notify-timeout alone adds no layer
-			plan := resolveNotify(notify.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn))
-			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, rootless: inner})
+			cfg, err := config.LoadHost()
+			if err != nil {
+				return exitError{exitInfra, err.Error()}
+			}
+			plan := notify.Resolve(notifyconf.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn), cfg.Notify)
+			return runSpawn(ctx, cmd, r, runFlags{address: address, dirs: dirs, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, secrets: cfg.Secrets, rootless: inner})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
 	cmd.Flags().StringVar(&address, "address", "", "containerd socket (default $HOOKBOX_CONTAINERD_ADDRESS, then /run/containerd/containerd.sock, else a managed containerd)")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store and run records (default /var/lib/hookbox as root)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "run records (default /var/lib/hookbox as root, else $XDG_STATE_HOME/hookbox), and the runfiles store unless --cache-dir is given")
+	cmd.Flags().StringVar(&cacheDir, "cache-dir", "", "runfiles store (default --state-dir if given, else /var/cache/hookbox as root, else $XDG_CACHE_HOME/hookbox)")
 	cmd.Flags().BoolVar(&rootlessFlag, "rootless", false, "use the rootless backend (the default when not root): a rootless containerd under RootlessKit")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
 	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
@@ -110,23 +111,15 @@ configuration error is reported there instead of failing the run.`,
 }
 
 type runFlags struct {
-	address, stateDir string
-	json              bool
-	grace             time.Duration
-	requireTrace      bool
-	notify            notify.Plan
+	address      string
+	dirs         hostDirs
+	json         bool
+	grace        time.Duration
+	requireTrace bool
+	notify       notify.Plan
+	secrets      secretsconf.Lookup
 	// rootless: this hookbox was re-executed inside RootlessKit's namespaces.
 	rootless *rootless.Context
-}
-
-// resolveNotify adds the global config layer and resolves the notifier.
-// It never fails: an unusable config is part of the plan.
-func resolveNotify(flag, spec notify.Setting) notify.Plan {
-	var global notify.Setting
-	if path, err := secrets.DefaultConfigPath(os.Getenv); err == nil {
-		global = notify.LoadGlobal(path)
-	}
-	return notify.Resolve(flag, spec, global)
 }
 
 func pickSpawn(renders []*render.Render, name, file string) (*render.Render, error) {
@@ -148,7 +141,7 @@ func pickSpawn(renders []*render.Render, name, file string) (*render.Render, err
 
 func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	env, err := launchEnv(ctx, r)
+	env, err := launchEnv(ctx, r, f.secrets)
 	if err != nil {
 		return exitError{exitInfra, err.Error()}
 	}
@@ -156,18 +149,18 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 	if f.rootless != nil {
 		address = f.rootless.Address
 	}
-	client, endpoint, err := daemon.Resolve(ctx, address, daemonOptions(true, f.stateDir,
+	client, endpoint, err := daemon.Resolve(ctx, address, daemonOptions(true, f.dirs.daemon,
 		func(msg string) { progressLine(stderr, f.json, "containerd", msg) }))
 	if err != nil {
 		return exitError{exitInfra, err.Error()}
 	}
 	defer client.Close()
 	// A cheap collection of what abandoned runs left, before adding a run.
-	if report, err := launcher.GC(ctx, client, f.stateDir, false); err == nil && len(report.Actions) > 0 {
+	if report, err := launcher.GC(ctx, client, f.dirs.state, false); err == nil && len(report.Actions) > 0 {
 		progressLine(stderr, f.json, "gc", fmt.Sprintf("collected %d leftovers of abandoned runs", len(report.Actions)))
 	}
 
-	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: os.Getenv("XHB_FIFO"), StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace, Notify: f.notify}
+	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: os.Getenv("XHB_FIFO"), StateDir: f.dirs.state, CacheDir: f.dirs.cache, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace, Notify: f.notify}
 	switch {
 	case f.rootless != nil:
 		rootlessRunOptions(f.rootless, &opts)
@@ -222,9 +215,10 @@ func daemonOptions(autoStart bool, stateDir string, progress func(string)) daemo
 	}
 }
 
-// launchEnv resolves the values of the render's host and secret variables.
-// Values go to the container's environment only.
-func launchEnv(ctx context.Context, r *render.Render) (map[string]string, error) {
+// launchEnv resolves the values of the render's host and secret variables,
+// looking secrets up as the global config's lookup says. Values go to the
+// container's environment only.
+func launchEnv(ctx context.Context, r *render.Render, lookup secretsconf.Lookup) (map[string]string, error) {
 	env := map[string]string{}
 	var names []string
 	for _, e := range r.Process.Env {
@@ -239,16 +233,6 @@ func launchEnv(ctx context.Context, r *render.Render) (map[string]string, error)
 	}
 	if len(names) == 0 {
 		return env, nil
-	}
-	path, err := secrets.DefaultConfigPath(os.Getenv)
-	if err != nil && !errors.Is(err, secrets.ErrNoConfigPath) {
-		return nil, err
-	}
-	lookup := secrets.Lookup{}
-	if path != "" {
-		if lookup, err = secrets.LoadLookup(path); err != nil {
-			return nil, err
-		}
 	}
 	values, err := secrets.Resolver{Lookup: lookup, LookupEnv: os.LookupEnv}.Resolve(ctx, names)
 	if err != nil {

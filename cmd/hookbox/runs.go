@@ -11,18 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"hookbox.dev/hookbox/internal/config"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/daemon"
 	"hookbox.dev/hookbox/launcher/rootless"
-	"hookbox.dev/hookbox/runfiles"
 )
-
-func stateDirOr(flag string) string {
-	if flag != "" {
-		return flag
-	}
-	return runfiles.DefaultStateDir()
-}
 
 func newGCCommand() *cobra.Command {
 	var address, stateDir string
@@ -35,23 +28,21 @@ func newGCCommand() *cobra.Command {
 			// Rootless: what runs left (tmpfs mounts, containers) lives in
 			// RootlessKit's namespaces, so gc runs there too.
 			inner, isInner := rootless.Inner()
+			dirs := dirsFrom(stateDir, "", inner)
 			switch {
 			case isInner:
 				address = inner.Address
-				if stateDir == "" {
-					stateDir = inner.StateDir
-				}
 			case rootlessUser():
-				return enterRootless(cmd.Context(), address, stateDirOr(stateDir), false, nil)
+				return enterRootless(cmd.Context(), address, dirs, false, nil)
 			}
-			client, _, err := daemon.Resolve(cmd.Context(), address, daemonOptions(false, stateDirOr(stateDir), nil))
+			client, _, err := daemon.Resolve(cmd.Context(), address, daemonOptions(false, dirs.daemon, nil))
 			if err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "hookbox: gc without containerd (%v): only processes, tmpfs and cgroups are collected\n", err)
 				client = nil
 			} else {
 				defer client.Close()
 			}
-			report, err := launcher.GC(cmd.Context(), client, stateDirOr(stateDir), dryRun)
+			report, err := launcher.GC(cmd.Context(), client, dirs.state, dryRun)
 			if err != nil {
 				return err
 			}
@@ -153,7 +144,10 @@ func managedDaemon(stateDir string) daemon.Managed {
 	if runtimeDir == "" {
 		runtimeDir = daemon.DefaultRuntimeDir()
 	}
-	return daemon.ManagedPaths(stateDirOr(stateDir), runtimeDir)
+	if stateDir == "" {
+		stateDir = config.DataDir()
+	}
+	return daemon.ManagedPaths(stateDir, runtimeDir)
 }
 
 func newDaemonCommand() *cobra.Command {
