@@ -74,10 +74,10 @@ schema:
 ## fuzz: run every fuzz target for FUZZTIME each (default 60s)
 fuzz:
 	$(GO) test ./compiler/ -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./compiler/shellwords/ -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./compiler/shellwords/ -run '^$$' -fuzz '^FuzzJoinRoundTrip$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/shellwords/ -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/shellwords/ -run '^$$' -fuzz '^FuzzJoinRoundTrip$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./render/canonjson/ -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./secrets/ -run '^$$' -fuzz '^FuzzParseLookup$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/config/ -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./render/verify/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ebpf/ -run '^$$' -fuzz '^FuzzDecodeEvent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ebpf/ -run '^$$' -fuzz '^FuzzSplitArgv$$' -fuzztime $(FUZZTIME)

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"hookbox.dev/hookbox/compiler/shellwords"
+	"hookbox.dev/hookbox/internal/shellwords"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/render/canonjson"
 )

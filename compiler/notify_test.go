@@ -3,7 +3,7 @@ package compiler
 import (
 	"testing"
 
-	"hookbox.dev/hookbox/notify"
+	"hookbox.dev/hookbox/internal/config/notifyconf"
 )
 
 // The notify block is carried beside the render: it never changes the
@@ -27,16 +27,16 @@ func TestNotifySetting(t *testing.T) {
 		argv0         string
 	}{
 		{"  notify:\n    argv: [/usr/local/bin/post, '{payload}']\n", "", "/usr/local/bin/post"},
-		{"  notify: {argv: 'post && echo'}\n", notify.ReasonArgvRefused, ""},
-		{"  notify: {argv: [/bin/post, 'x={payload}']}\n", notify.ReasonPlaceholderEmbedded, ""},
-		{"  notify: {argv: [/bin/post], colour: red}\n", notify.ReasonConfigInvalid, ""},
+		{"  notify: {argv: 'post && echo'}\n", notifyconf.ReasonArgvRefused, ""},
+		{"  notify: {argv: [/bin/post, 'x={payload}']}\n", notifyconf.ReasonPlaceholderEmbedded, ""},
+		{"  notify: {argv: [/bin/post], colour: red}\n", notifyconf.ReasonConfigInvalid, ""},
 	} {
 		parsed, err := Parse([]byte(digestBase+tc.block), "spec.yaml", "/src", func(string) ([]byte, error) { return nil, nil })
 		if err != nil {
 			t.Fatalf("%q: %v", tc.block, err)
 		}
 		s := NotifySetting(parsed, "digest")
-		if !s.Present || s.Source != notify.SourceSpec || s.Reason != tc.reason || (tc.argv0 != "" && s.Argv[0] != tc.argv0) {
+		if !s.Present || s.Source != notifyconf.SourceSpec || s.Reason != tc.reason || (tc.argv0 != "" && s.Argv[0] != tc.argv0) {
 			t.Errorf("%q: %+v", tc.block, s)
 		}
 	}

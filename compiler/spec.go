@@ -3,7 +3,7 @@ package compiler
 import (
 	"go.yaml.in/yaml/v3"
 
-	"hookbox.dev/hookbox/notify"
+	"hookbox.dev/hookbox/internal/config/notifyconf"
 )
 
 // The spawn spec as users write it (YAML or JSON). Field names here are the
@@ -151,7 +151,7 @@ type ForkStep struct {
 }
 
 // Notify configures the host-side notifier (package notify). It decodes
-// itself through notify.ParseNode and never adds a diagnostic: a malformed
+// itself through notifyconf.ParseNode and never adds a diagnostic: a malformed
 // notify block must not fail the run it describes, so it is reported in the
 // run's notify outcome instead. The fields below exist for the schema.
 type Notify struct {
@@ -160,7 +160,7 @@ type Notify struct {
 	Timeout Duration     `json:"timeout,omitempty" doc:"Deadline of the notifier. Default 30s, at most 10m."`
 	Filter  NotifyFilter `json:"filter,omitempty"`
 
-	setting notify.Setting
+	setting notifyconf.Setting
 }
 
 type NotifyFilter struct {
@@ -169,19 +169,19 @@ type NotifyFilter struct {
 }
 
 // Setting is the spec layer of the notify configuration.
-func (n *Notify) Setting() notify.Setting { return n.setting }
+func (n *Notify) Setting() notifyconf.Setting { return n.setting }
 
 func (n *Notify) decodeNode(d *decoder, node *yaml.Node, path string) {
-	n.setting = notify.ParseNode(node, notify.SourceSpec)
+	n.setting = notifyconf.ParseNode(node, notifyconf.SourceSpec)
 }
 
 // NotifySetting returns the spec layer of the notify configuration of the
 // named spawn, kept beside the render (never in it).
-func NotifySetting(parsed []*Parsed, spawn string) notify.Setting {
+func NotifySetting(parsed []*Parsed, spawn string) notifyconf.Setting {
 	for _, p := range parsed {
 		if p.Spawn.Metadata.Name == spawn {
 			return p.Spawn.Spec.Notify.Setting()
 		}
 	}
-	return notify.Setting{}
+	return notifyconf.Setting{}
 }

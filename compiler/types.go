@@ -6,7 +6,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"hookbox.dev/hookbox/compiler/shellwords"
+	"hookbox.dev/hookbox/internal/shellwords"
 )
 
 // nodeDecoder is implemented by spec types that decode themselves from a

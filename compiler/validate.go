@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"hookbox.dev/hookbox/internal/config/secretsconf"
 	"hookbox.dev/hookbox/render"
-	"hookbox.dev/hookbox/secrets"
 )
 
 var (
@@ -201,7 +201,7 @@ func (p *Parsed) validateMCP(diags *diagnostics) {
 			p.errf(diags, field+".headers", "headers apply to url servers only", "MCP server %q has headers but no url", name)
 		}
 		for _, key := range sortedKeys(server.Env) {
-			if !secrets.ValidName(key) {
+			if !secretsconf.ValidName(key) {
 				p.errf(diags, field+".env."+key, "use letters, digits and '_', not starting with a digit", "%q is not an environment variable name", key)
 			}
 		}
@@ -318,7 +318,7 @@ func (p *Parsed) validateEnv(diags *diagnostics) {
 	}
 	for i, name := range s.Env.Allow {
 		field := fmt.Sprintf("spec.env.allow[%d]", i)
-		if !secrets.ValidName(name) {
+		if !secretsconf.ValidName(name) {
 			p.errf(diags, field, "use letters, digits and '_', not starting with a digit", "%q is not an environment variable name", name)
 			continue
 		}
@@ -326,17 +326,17 @@ func (p *Parsed) validateEnv(diags *diagnostics) {
 	}
 	for _, name := range sortedKeys(s.Env.Set) {
 		field := "spec.env.set." + name
-		if !secrets.ValidName(name) {
+		if !secretsconf.ValidName(name) {
 			p.errf(diags, field, "use letters, digits and '_', not starting with a digit", "%q is not an environment variable name", name)
 			continue
 		}
 		claim(name, field)
 	}
 	if len(s.Secrets) > 0 {
-		if err := secrets.CheckNames(s.Secrets); err != nil {
+		if err := secretsconf.CheckNames(s.Secrets); err != nil {
 			// Refusal is total (docs/contracts.md §3): the whole block is rejected.
 			field := "spec.secrets"
-			var refused *secrets.RefusedError
+			var refused *secretsconf.RefusedError
 			if errors.As(err, &refused) {
 				if refused.Index >= 0 {
 					field = fmt.Sprintf("spec.secrets[%d]", refused.Index)

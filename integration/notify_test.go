@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"hookbox.dev/hookbox/internal/config/notifyconf"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/notify"
 )
@@ -53,7 +54,7 @@ func TestNotifyAfterTerminalResult(t *testing.T) {
 		t.Fatalf("exit %d status %s, want 3 failed\n%s", r.code, res.Status, r.stderr)
 	}
 	onDisk := readResultFile(t, res)
-	if onDisk.Notify == nil || onDisk.Notify.Status != notify.StatusDelivered || onDisk.Notify.Source != notify.SourceSpec {
+	if onDisk.Notify == nil || onDisk.Notify.Status != notify.StatusDelivered || onDisk.Notify.Source != notifyconf.SourceSpec {
 		t.Fatalf("result.json notify = %+v", onDisk.Notify)
 	}
 	if onDisk.Status != res.Status || *onDisk.ExitCode != 3 {
@@ -82,7 +83,7 @@ func TestNotifyAfterTerminalResult(t *testing.T) {
 		t.Fatalf("exit %d after %s", r.code, time.Since(start))
 	}
 	onDisk = readResultFile(t, res)
-	if n := onDisk.Notify; n == nil || n.Status != notify.StatusTimedOut || n.Source != notify.SourceFlag || n.Notifier != "slow" {
+	if n := onDisk.Notify; n == nil || n.Status != notify.StatusTimedOut || n.Source != notifyconf.SourceFlag || n.Notifier != "slow" {
 		t.Fatalf("notify = %+v", onDisk.Notify)
 	}
 	for _, f := range []string{childPid, leaderPid} {

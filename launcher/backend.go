@@ -175,12 +175,13 @@ const ReasonRootlessTracer = "rootless"
 // to the tracer helper when traced and one listens, and re-executes this
 // hookbox command (args) inside RootlessKit's namespaces, where Connect
 // returns the rootless backend. It returns only on failure.
-func EnterRootless(ctx context.Context, cfg BackendConfig, stateDir string, args []string) error {
+func EnterRootless(ctx context.Context, cfg BackendConfig, stateDir, cacheDir string, args []string) error {
 	endpoint, err := daemon.ResolveRootless(ctx, cfg.Address, cfg.Daemon)
 	if err != nil {
 		return err
 	}
-	rc := rootless.Context{Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: endpoint.FIFODir, StateDir: stateDir}
+	rc := rootless.Context{Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: endpoint.FIFODir,
+		StateDir: stateDir, CacheDir: cacheDir}
 	if !cfg.Traced {
 		return rootless.Enter(endpoint, rc, args)
 	}

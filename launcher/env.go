@@ -2,16 +2,16 @@ package launcher
 
 import (
 	"context"
-	"errors"
 	"os"
 
+	"hookbox.dev/hookbox/internal/config/secretsconf"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/secrets"
 )
 
-// launchEnv resolves the values of the render's host and secret variables.
+// resolveEnv resolves the values of the render's host and secret variables.
 // Values go to the container's environment only.
-func resolveEnv(ctx context.Context, r *render.Render) (map[string]string, error) {
+func resolveEnv(ctx context.Context, r *render.Render, lookup secretsconf.Lookup) (map[string]string, error) {
 	env := map[string]string{}
 	var names []string
 	for _, e := range r.Process.Env {
@@ -26,16 +26,6 @@ func resolveEnv(ctx context.Context, r *render.Render) (map[string]string, error
 	}
 	if len(names) == 0 {
 		return env, nil
-	}
-	path, err := secrets.DefaultConfigPath(os.Getenv)
-	if err != nil && !errors.Is(err, secrets.ErrNoConfigPath) {
-		return nil, err
-	}
-	lookup := secrets.Lookup{}
-	if path != "" {
-		if lookup, err = secrets.LoadLookup(path); err != nil {
-			return nil, err
-		}
 	}
 	values, err := secrets.Resolver{Lookup: lookup, LookupEnv: os.LookupEnv}.Resolve(ctx, names)
 	if err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 
 	"hookbox.dev/hookbox/images"
+	"hookbox.dev/hookbox/internal/config/secretsconf"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/notify"
@@ -62,8 +63,10 @@ const (
 type Options struct {
 	// Backend is where the run executes (Connect).
 	Backend *Backend
-	// StateDir holds the runfiles store and the run records.
+	// StateDir holds the run records; CacheDir the runfiles store ("" =
+	// StateDir).
 	StateDir string
+	CacheDir string
 	// Grace between SIGTERM and SIGKILL at teardown (DefaultGrace if 0).
 	Grace time.Duration
 	// Sink receives events; Stdout, if set, receives the engine's stdout
@@ -80,6 +83,9 @@ type Options struct {
 	// is disabled. It runs after result.json is written, and result.json is
 	// then rewritten with its outcome; it never changes status or exit code.
 	Notify notify.Plan
+	// SecretLookup is the global config's secret lookup command, used for
+	// secrets the host environment does not hold.
+	SecretLookup secretsconf.Lookup
 	// NotifyOptions configure the notifier's execution (RecordDir is set by
 	// Run).
 	NotifyOptions notify.Options
@@ -100,7 +106,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	}
 	// Values are resolved before anything exists: a missing secret leaves
 	// nothing behind, and they go to the container's environment only.
-	env, err := resolveEnv(ctx, r)
+	env, err := resolveEnv(ctx, r, opts.SecretLookup)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +272,11 @@ func (x *execution) prepare() error {
 		return err
 	}
 
-	store, err := runfiles.OpenStore(x.opts.StateDir)
+	cacheDir := x.opts.CacheDir
+	if cacheDir == "" {
+		cacheDir = x.opts.StateDir
+	}
+	store, err := runfiles.OpenStore(cacheDir)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"hookbox.dev/hookbox/internal/config/notifyconf"
 )
 
 // Outcome statuses.
@@ -60,8 +62,8 @@ type Outcome struct {
 // Payload encodes the envelope as the notifier receives it.
 func (e Envelope) Payload() ([]byte, error) { return json.Marshal(e) }
 
-// Selects says whether the filter selects a run.
-func (f Filter) Selects(status, spawn string) (bool, string) {
+// selects says whether the filter selects a run, or why not.
+func selects(f notifyconf.Filter, status, spawn string) (bool, string) {
 	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, status) {
 		return false, ReasonStatusFiltered
 	}
@@ -78,11 +80,11 @@ func Expand(argv []string, env Envelope, payload []byte) []string {
 		switch {
 		case i == 0:
 			out[i] = a
-		case a == PlaceholderPayload:
+		case a == notifyconf.PlaceholderPayload:
 			out[i] = string(payload)
-		case a == PlaceholderResultPath:
+		case a == notifyconf.PlaceholderResultPath:
 			out[i] = env.ResultPath
-		case a == PlaceholderRunID:
+		case a == notifyconf.PlaceholderRunID:
 			out[i] = env.RunID
 		default:
 			out[i] = a
@@ -115,6 +117,18 @@ func Redact(text string, argv []string) string {
 		return text
 	}
 	return strings.NewReplacer(args...).Replace(text)
+}
+
+func readFull(f *os.File, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := f.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // snippet reads the start of the raw stderr file and redacts it.

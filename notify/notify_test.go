@@ -12,7 +12,20 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"hookbox.dev/hookbox/internal/config"
+	"hookbox.dev/hookbox/internal/config/notifyconf"
 )
+
+// globalSetting is the notify layer of one global config file's text; a
+// file the loader refuses says nothing.
+func globalSetting(doc string) notifyconf.Setting {
+	f, err := config.Parse([]byte(doc), "/cfg.yaml")
+	if err != nil {
+		return notifyconf.Setting{}
+	}
+	return f.Notify
+}
 
 func envelope(dir string) Envelope {
 	code := 3
@@ -30,7 +43,7 @@ func script(t *testing.T, dir, name, body string) string {
 }
 
 func enabledPlan(argv ...string) Plan {
-	return Resolve(Setting{Present: true, Source: SourceFlag, Argv: argv, Timeout: 5 * time.Second})
+	return Resolve(notifyconf.Setting{Present: true, Source: notifyconf.SourceFlag, Argv: argv, Timeout: 5 * time.Second})
 }
 
 func TestPayloadOnStdinAndArgv(t *testing.T) {
@@ -175,29 +188,29 @@ func TestRedactLongestFirst(t *testing.T) {
 
 func TestStringFormRefused(t *testing.T) {
 	for _, s := range []string{"post | tee log", "post && echo ok", "post $X", "post > out"} {
-		g := ParseGlobal([]byte("notify:\n  argv: " + strconvQuote(s) + "\n"))
-		if g.Reason != ReasonArgvRefused || !strings.Contains(g.Message, "argv list") {
+		g := globalSetting("notify:\n  argv: " + strconvQuote(s) + "\n")
+		if g.Reason != notifyconf.ReasonArgvRefused || !strings.Contains(g.Message, "argv list") {
 			t.Errorf("%q: %+v, want argv-refused with the migration diagnostic", s, g)
 		}
-		f := FlagSetting(true, s, 0, false)
-		if f.Reason != ReasonArgvRefused {
+		f := notifyconf.FlagSetting(true, s, 0, false)
+		if f.Reason != notifyconf.ReasonArgvRefused {
 			t.Errorf("--notify %q: %+v", s, f)
 		}
 		out := Run(context.Background(), Resolve(f), envelope(t.TempDir()), Options{})
-		if out.Status != StatusFailed || out.Reason != ReasonArgvRefused {
+		if out.Status != StatusFailed || out.Reason != notifyconf.ReasonArgvRefused {
 			t.Errorf("--notify %q: outcome %+v", s, out)
 		}
 	}
-	ok := ParseGlobal([]byte("notify:\n  argv: \"/usr/bin/post --to 'a b' {payload}\"\n"))
+	ok := globalSetting("notify:\n  argv: \"/usr/bin/post --to 'a b' {payload}\"\n")
 	if ok.Reason != "" || strings.Join(ok.Argv, "|") != "/usr/bin/post|--to|a b|{payload}" {
 		t.Errorf("plain string form: %+v", ok)
 	}
 	for _, argv := range []string{`["/usr/bin/post", "--data={payload}"]`, `["{payload}"]`, `["/usr/bin/post", "x{run_id}"]`} {
-		if s := FlagSetting(true, argv, 0, false); s.Reason != ReasonPlaceholderEmbedded {
+		if s := notifyconf.FlagSetting(true, argv, 0, false); s.Reason != notifyconf.ReasonPlaceholderEmbedded {
 			t.Errorf("%s: %+v, want placeholder-embedded", argv, s)
 		}
 	}
-	if s := ParseGlobal([]byte("notify: {argv: [/usr/bin/post, 'id={run_id}']}")); s.Reason != ReasonPlaceholderEmbedded {
+	if s := globalSetting("notify: {argv: [/usr/bin/post, 'id={run_id}']}"); s.Reason != notifyconf.ReasonPlaceholderEmbedded {
 		t.Errorf("embedded placeholder in config: %+v", s)
 	}
 }
@@ -206,29 +219,29 @@ func strconvQuote(s string) string { return strconv.Quote(s) }
 
 func TestPrecedence(t *testing.T) {
 	off := false
-	flag := Setting{Present: true, Source: SourceFlag, Argv: []string{"/bin/flag"}}
-	flagOff := Setting{Present: true, Source: SourceFlag, Enabled: &off}
-	spec := Setting{Present: true, Source: SourceSpec, Argv: []string{"/bin/spec"}, Timeout: time.Second}
-	specOff := Setting{Present: true, Source: SourceSpec, Enabled: &off, Argv: []string{"/bin/spec"}}
-	global := Setting{Present: true, Source: SourceConfig, Argv: []string{"/bin/global"}}
-	globalEmpty := Setting{Present: true, Source: SourceConfig}
-	badSpec := Setting{Present: true, Source: SourceSpec, Reason: ReasonConfigInvalid}
-	none := Setting{}
+	flag := notifyconf.Setting{Present: true, Source: notifyconf.SourceFlag, Argv: []string{"/bin/flag"}}
+	flagOff := notifyconf.Setting{Present: true, Source: notifyconf.SourceFlag, Enabled: &off}
+	spec := notifyconf.Setting{Present: true, Source: notifyconf.SourceSpec, Argv: []string{"/bin/spec"}, Timeout: time.Second}
+	specOff := notifyconf.Setting{Present: true, Source: notifyconf.SourceSpec, Enabled: &off, Argv: []string{"/bin/spec"}}
+	global := notifyconf.Setting{Present: true, Source: notifyconf.SourceConfig, Argv: []string{"/bin/global"}}
+	globalEmpty := notifyconf.Setting{Present: true, Source: notifyconf.SourceConfig}
+	badSpec := notifyconf.Setting{Present: true, Source: notifyconf.SourceSpec, Reason: notifyconf.ReasonConfigInvalid}
+	none := notifyconf.Setting{}
 	for _, tc := range []struct {
 		name                  string
-		flag, spec, global    Setting
+		flag, spec, global    notifyconf.Setting
 		source, argv0, reason string
 		enabled, invalid      bool
 	}{
 		{"nothing", none, none, none, SourceDefault, "", ReasonNotConfigured, false, false},
-		{"global only", none, none, global, SourceConfig, "/bin/global", "", true, false},
-		{"spec over global", none, spec, global, SourceSpec, "/bin/spec", "", true, false},
-		{"flag over all", flag, spec, global, SourceFlag, "/bin/flag", "", true, false},
-		{"flag off over spec", flagOff, spec, global, SourceFlag, "", ReasonNotEnabled, false, false},
-		{"spec off over global", none, specOff, global, SourceSpec, "/bin/spec", ReasonNotEnabled, false, false},
-		{"global empty argv", none, none, globalEmpty, SourceConfig, "", ReasonEmptyArgv, false, false},
-		{"invalid spec is not replaced by global", none, badSpec, global, SourceSpec, "", ReasonConfigInvalid, false, true},
-		{"flag over invalid spec", flag, badSpec, global, SourceFlag, "/bin/flag", "", true, false},
+		{"global only", none, none, global, notifyconf.SourceConfig, "/bin/global", "", true, false},
+		{"spec over global", none, spec, global, notifyconf.SourceSpec, "/bin/spec", "", true, false},
+		{"flag over all", flag, spec, global, notifyconf.SourceFlag, "/bin/flag", "", true, false},
+		{"flag off over spec", flagOff, spec, global, notifyconf.SourceFlag, "", ReasonNotEnabled, false, false},
+		{"spec off over global", none, specOff, global, notifyconf.SourceSpec, "/bin/spec", ReasonNotEnabled, false, false},
+		{"global empty argv", none, none, globalEmpty, notifyconf.SourceConfig, "", ReasonEmptyArgv, false, false},
+		{"invalid spec is not replaced by global", none, badSpec, global, notifyconf.SourceSpec, "", notifyconf.ReasonConfigInvalid, false, true},
+		{"flag over invalid spec", flag, badSpec, global, notifyconf.SourceFlag, "/bin/flag", "", true, false},
 	} {
 		p := Resolve(tc.flag, tc.spec, tc.global)
 		argv0 := ""
@@ -249,7 +262,7 @@ func TestPrecedence(t *testing.T) {
 
 func TestDisabledForms(t *testing.T) {
 	for _, doc := range []string{"secrets: {}\n", "notify:\n  enabled: false\n  argv: [/bin/true]\n", "notify: {argv: []}\n", ""} {
-		p := Resolve(ParseGlobal([]byte(doc)))
+		p := Resolve(globalSetting(doc))
 		out := Run(context.Background(), p, envelope(t.TempDir()), Options{})
 		if out.Status != StatusDisabled {
 			t.Errorf("%q: %+v", doc, out)
@@ -259,7 +272,7 @@ func TestDisabledForms(t *testing.T) {
 
 func TestFilter(t *testing.T) {
 	dir := t.TempDir()
-	s := ParseGlobal([]byte("notify:\n  argv: [/bin/true]\n  filter: {statuses: [failed, timed_out], spawns: [demo]}\n"))
+	s := globalSetting("notify:\n  argv: [/bin/true]\n  filter: {statuses: [failed, timed_out], spawns: [demo]}\n")
 	if s.Reason != "" {
 		t.Fatal(s.Message)
 	}
@@ -278,10 +291,10 @@ func TestFilter(t *testing.T) {
 }
 
 func TestMalformedConfigIsAnOutcome(t *testing.T) {
-	for _, doc := range []string{"notify: [a]", "notify: {argv: [/bin/x], bogus: 1}", "notify: {timeout: 5}", "notify: {enabled: yes please}", ": : :"} {
-		s := ParseGlobal([]byte(doc))
+	for _, doc := range []string{"notify: [a]", "notify: {argv: [/bin/x], bogus: 1}", "notify: {timeout: 5}", "notify: {enabled: yes please}"} {
+		s := globalSetting(doc)
 		out := Run(context.Background(), Resolve(s), envelope(t.TempDir()), Options{})
-		if out.Status != StatusFailed || out.Reason != ReasonConfigInvalid {
+		if out.Status != StatusFailed || out.Reason != notifyconf.ReasonConfigInvalid {
 			t.Errorf("%q: %+v", doc, out)
 		}
 	}
@@ -296,9 +309,9 @@ func FuzzParseNode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, doc string) {
 		var n yaml.Node
 		_ = yaml.Unmarshal([]byte(doc), &n)
-		s := ParseGlobal([]byte(doc))
+		s := globalSetting(doc)
 		if s.Reason == "" {
-			if r, _ := CheckArgv(s.Argv); r != "" {
+			if r, _ := notifyconf.CheckArgv(s.Argv); r != "" {
 				t.Fatalf("accepted argv %q with %s", s.Argv, r)
 			}
 		}

@@ -6,11 +6,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"hookbox.dev/hookbox/internal/procgroup"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"hookbox.dev/hookbox/internal/config/notifyconf"
+	"hookbox.dev/hookbox/internal/procgroup"
 )
 
 // DefaultEnvAllow is the notifier's environment by default: the names are
@@ -51,11 +53,11 @@ func Run(ctx context.Context, plan Plan, env Envelope, opts Options) *Outcome {
 		out.Status, out.Reason = StatusDisabled, plan.Reason
 		return out
 	}
-	if ok, reason := plan.Filter.Selects(env.Status, env.Spawn); !ok {
+	if ok, reason := selects(plan.Filter, env.Status, env.Spawn); !ok {
 		out.Status, out.Reason = StatusFiltered, reason
 		return out
 	}
-	if reason, msg := CheckArgv(plan.Argv); reason != "" {
+	if reason, msg := notifyconf.CheckArgv(plan.Argv); reason != "" {
 		out.Status, out.Reason, out.Message = StatusFailed, reason, msg
 		return out
 	}
@@ -76,7 +78,7 @@ func Run(ctx context.Context, plan Plan, env Envelope, opts Options) *Outcome {
 	}
 	timeout := plan.Timeout
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		timeout = notifyconf.DefaultTimeout
 	}
 
 	argv := Expand(plan.Argv, env, payload)

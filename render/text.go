@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"hookbox.dev/hookbox/compiler/shellwords"
+	"hookbox.dev/hookbox/internal/shellwords"
 )
 
 // Text is a human view of the render. It is for reading, not parsing: use

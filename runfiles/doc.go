@@ -50,7 +50,7 @@
 //
 // # Store
 //
-// Layout under the root given to OpenStore (DefaultStateDir for the CLI):
+// Layout under the root given to OpenStore (the cache directory for the CLI):
 //
 //	runfiles/sha256/<hex>        content of executables, mode 0555
 //	runfiles/sha256-0444/<hex>   content of other files, mode 0444

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"hookbox.dev/hookbox/internal/userns"
 )
 
 // sealTime is the modification time of every store object (and so of every
@@ -33,23 +31,6 @@ const racyWindow = 2 * time.Second
 // copyBufSize is the read size when storing a file.
 const copyBufSize = 1 << 20
 
-// DefaultStateDir is hookbox's state directory: /var/lib/hookbox for root,
-// else $XDG_DATA_HOME/hookbox, else ~/.local/share/hookbox. It is "" when
-// none of these can be determined (no home directory).
-func DefaultStateDir() string {
-	if userns.RealRoot() {
-		return "/var/lib/hookbox"
-	}
-	if x := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(x) {
-		return filepath.Join(x, "hookbox")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || !filepath.IsAbs(home) {
-		return ""
-	}
-	return filepath.Join(home, ".local", "share", "hookbox")
-}
-
 // Store is a content-addressed store of runfiles and the trees assembled
 // from it, under one root directory (see the package doc for the layout).
 // A Store is safe for concurrent use, and several processes may share one
@@ -59,7 +40,7 @@ type Store struct {
 }
 
 // OpenStore opens (creating as needed) the store under root, typically
-// DefaultStateDir().
+// hookbox's cache directory (config.CacheDir).
 func OpenStore(root string) (*Store, error) {
 	if !filepath.IsAbs(root) {
 		return nil, fmt.Errorf("runfiles: %w: store root %q is not an absolute path", ErrUnsupported, root)

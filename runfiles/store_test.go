@@ -408,25 +408,6 @@ func TestAssembleCancelled(t *testing.T) {
 	}
 }
 
-func TestDefaultStateDir(t *testing.T) {
-	got := DefaultStateDir()
-	if os.Geteuid() == 0 {
-		if got != "/var/lib/hookbox" {
-			t.Errorf("root: %q", got)
-		}
-		return
-	}
-	t.Setenv("XDG_DATA_HOME", "/x/data")
-	if got := DefaultStateDir(); got != "/x/data/hookbox" {
-		t.Errorf("XDG_DATA_HOME: %q", got)
-	}
-	t.Setenv("XDG_DATA_HOME", "")
-	home, _ := os.UserHomeDir()
-	if got := DefaultStateDir(); got != filepath.Join(home, ".local/share/hookbox") {
-		t.Errorf("home: %q", got)
-	}
-}
-
 func TestObjectNames(t *testing.T) {
 	s := &Store{root: "/r"}
 	for mode, want := range map[uint32]string{0o755: "/r/runfiles/sha256/ab", 0o100: "/r/runfiles/sha256/ab", 0o644: "/r/runfiles/sha256-0444/ab"} {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"hookbox.dev/hookbox/internal/config/secretsconf"
 )
 
 // MaxOutput is the most a lookup may print to stdout, in bytes, before the
@@ -57,9 +59,9 @@ type ResolveError struct {
 	// (lookup-failed, lookup-empty, lookup-output-invalid), else -1.
 	ExitStatus int
 	// State is the lookup state that applied (for not-set and lookup-refused).
-	State LookupState
+	State secretsconf.LookupState
 	// Refusal is the configuration refusal, for lookup-refused.
-	Refusal Refusal
+	Refusal secretsconf.Refusal
 	// Source is the global config file path, for messages.
 	Source string
 
@@ -75,9 +77,9 @@ func (e *ResolveError) Error() string {
 	case ReasonNotSet, ReasonLookupRefused:
 		b.WriteString("not set in the host environment and ")
 		switch e.State {
-		case Disabled:
+		case secretsconf.Disabled:
 			b.WriteString("secret lookup is disabled" + e.in() + "; export " + e.Name + " or set secrets.lookup.enabled: true")
-		case Refused:
+		case secretsconf.Refused:
 			fmt.Fprintf(&b, "the secret lookup configuration%s was refused (%s)", e.in(), e.Refusal)
 			if e.detail != "" {
 				b.WriteString(": " + e.detail)
@@ -126,7 +128,7 @@ func (e *ResolveError) in() string {
 
 // Resolver resolves secret values at launch time.
 type Resolver struct {
-	Lookup Lookup
+	Lookup secretsconf.Lookup
 	// LookupEnv reads the host environment; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 	// Environ is the lookup process's environment. The lookup is the user's
@@ -145,7 +147,7 @@ type Resolver struct {
 // Resolve stops at the first failure and then returns a nil map: a launch
 // never proceeds with some of its secrets.
 func (r Resolver) Resolve(ctx context.Context, names []string) (map[string]string, error) {
-	if err := CheckNames(names); err != nil {
+	if err := secretsconf.CheckNames(names); err != nil {
 		return nil, fmt.Errorf("resolve secrets: %w", err)
 	}
 	lookupEnv := r.LookupEnv
@@ -171,31 +173,31 @@ func (r Resolver) lookup(ctx context.Context, name string) (string, error) {
 	l := r.Lookup
 	e := &ResolveError{Name: name, ExitStatus: -1, State: l.State, Source: l.Source}
 	switch l.State {
-	case Enabled:
-	case NotConfigured, Disabled:
+	case secretsconf.Enabled:
+	case secretsconf.NotConfigured, secretsconf.Disabled:
 		e.Reason = ReasonNotSet
 		return "", e
-	case Refused:
+	case secretsconf.Refused:
 		e.Reason, e.Refusal, e.detail = ReasonLookupRefused, l.Reason, l.Message
 		return "", e
 	default:
-		e.Reason, e.Refusal, e.detail = ReasonLookupRefused, RefusalConfigInvalid, "unknown lookup state"
-		e.State = Refused
+		e.Reason, e.Refusal, e.detail = ReasonLookupRefused, secretsconf.RefusalConfigInvalid, "unknown lookup state"
+		e.State = secretsconf.Refused
 		return "", e
 	}
 
 	// A Lookup can be built in code, so it is checked again here: refusal
 	// is total whatever the Lookup's origin.
-	if reason, _, msg := checkArgv(l.Argv); reason != "" {
-		e.Reason, e.State, e.Refusal, e.detail = ReasonLookupRefused, Refused, reason, msg
+	if reason, _, msg := secretsconf.CheckArgv(l.Argv); reason != "" {
+		e.Reason, e.State, e.Refusal, e.detail = ReasonLookupRefused, secretsconf.Refused, reason, msg
 		return "", e
 	}
 	timeout := l.Timeout
 	if timeout == 0 {
-		timeout = DefaultTimeout
+		timeout = secretsconf.DefaultTimeout
 	}
-	if timeout < 0 || timeout > MaxTimeout {
-		e.Reason, e.State, e.Refusal, e.detail = ReasonLookupRefused, Refused, RefusalTimeoutInvalid, "the timeout is out of range (greater than 0, at most 10m)"
+	if timeout < 0 || timeout > secretsconf.MaxTimeout {
+		e.Reason, e.State, e.Refusal, e.detail = ReasonLookupRefused, secretsconf.Refused, secretsconf.RefusalTimeoutInvalid, "the timeout is out of range (greater than 0, at most 10m)"
 		return "", e
 	}
 
@@ -207,7 +209,7 @@ func (r Resolver) lookup(ctx context.Context, name string) (string, error) {
 	argv := make([]string, len(l.Argv))
 	argv[0] = l.Argv[0]
 	for i, a := range l.Argv[1:] {
-		argv[i+1] = strings.ReplaceAll(a, Placeholder, name)
+		argv[i+1] = strings.ReplaceAll(a, secretsconf.Placeholder, name)
 	}
 
 	out, res := runLookup(ctx, argv, r.Environ, timeout)

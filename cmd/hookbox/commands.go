@@ -32,7 +32,7 @@ func newRootCommand() *cobra.Command {
 }
 
 func newRenderCommand() *cobra.Command {
-	var format, spawn, stateDir string
+	var format, spawn, stateDir, cacheDir string
 	var withRunfiles bool
 	var sets []string
 	var kube k8sFlags
@@ -69,11 +69,9 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 					return usageError{fmt.Errorf("--spawn %q: no such spawn in %s", spawn, args[0])}
 				}
 			}
-			if stateDir == "" {
-				stateDir = runfiles.DefaultStateDir()
-			}
+			dirs := dirsFrom(stateDir, cacheDir, nil)
 			if withRunfiles {
-				if err := addRunfiles(cmd.Context(), renders, stateDir); err != nil {
+				if err := addRunfiles(cmd.Context(), renders, dirs.cache); err != nil {
 					return err
 				}
 			}
@@ -82,7 +80,7 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 				if err := writeK8s(&out, renders, &kube); err != nil {
 					return err
 				}
-			} else if err := writeRenders(&out, renders, format, stateDir); err != nil {
+			} else if err := writeRenders(&out, renders, format, dirs.state); err != nil {
 				return err
 			}
 			_, err = cmd.OutOrStdout().Write(out.Bytes())
@@ -94,7 +92,8 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 	kube.register(cmd.Flags())
 	cmd.Flags().StringVar(&spawn, "spawn", "", "print only the spawn with this name")
 	cmd.Flags().BoolVar(&withRunfiles, "runfiles", false, "assemble the runfiles and include their manifest")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store (default /var/lib/hookbox as root)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store, as for hookbox run (--cache-dir wins)")
+	cmd.Flags().StringVar(&cacheDir, "cache-dir", "", "runfiles store (default /var/cache/hookbox as root, else $XDG_CACHE_HOME/hookbox)")
 	return cmd
 }
 
@@ -152,8 +151,8 @@ func writeRenders(w io.Writer, renders []*render.Render, format, stateDir string
 
 // addRunfiles assembles each render's runfiles into the store and records
 // the manifest in the render, as a run does.
-func addRunfiles(ctx context.Context, renders []*render.Render, stateDir string) error {
-	store, err := runfiles.OpenStore(stateDir)
+func addRunfiles(ctx context.Context, renders []*render.Render, cacheDir string) error {
+	store, err := runfiles.OpenStore(cacheDir)
 	if err != nil {
 		return err
 	}

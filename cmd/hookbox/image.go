@@ -83,7 +83,7 @@ of importing it.`,
 			if rootlessUser() {
 				// The image goes to the user's rootless containerd (started
 				// if need be); importing is all over its socket.
-				endpoint, err := daemon.ResolveRootless(ctx, address, daemonOptions(true, stateDirOr(""), nil))
+				endpoint, err := daemon.ResolveRootless(ctx, address, daemonOptions(true, "", nil))
 				if err != nil {
 					return err
 				}

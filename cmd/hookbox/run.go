@@ -15,13 +15,14 @@ import (
 	"golang.org/x/term"
 
 	"hookbox.dev/hookbox/compiler"
+	"hookbox.dev/hookbox/internal/config"
+	"hookbox.dev/hookbox/internal/config/notifyconf"
+	"hookbox.dev/hookbox/internal/config/secretsconf"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/daemon"
 	"hookbox.dev/hookbox/launcher/rootless"
 	"hookbox.dev/hookbox/notify"
 	"hookbox.dev/hookbox/render"
-	"hookbox.dev/hookbox/runfiles"
-	"hookbox.dev/hookbox/secrets"
 )
 
 // Exit codes of `hookbox run` besides the engine's own (README "Exit codes").
@@ -44,7 +45,7 @@ type exitError struct {
 func (e exitError) Error() string { return e.msg }
 
 func newRunCommand() *cobra.Command {
-	var spawn, address, stateDir string
+	var spawn, address, stateDir, cacheDir string
 	var jsonOut, requireTrace, noNotify, rootlessFlag bool
 	var grace, notifyTimeout time.Duration
 	var notifyArgv string
@@ -54,13 +55,13 @@ func newRunCommand() *cobra.Command {
 		Long: `Compile SPEC and run the spawn as a containerd task: runfiles and workspace
 read-only, a tmpfs run dir as the only writable place, no network. The run
 record (render, OCI spec, spawn record, stdout, stderr, artifacts, result)
-is written under the state directory. --json prints one JSON event per line
+is written under the state directory's runs/. --json prints one JSON event per line
 (progress, spawned, output, result, notify).
 
 Once the result is written, a notifier configured by --notify, else the
 spec's notify block, else the notify block of the global config file
-($HOOKBOX_CONFIG, else $XDG_CONFIG_HOME/hookbox/config.yaml) runs on the
-host: no shell, its own process group, a deadline (default 30s). It gets the
+($HOOKBOX_CONFIG, else $XDG_CONFIG_HOME/hookbox/config.yaml, read after
+/etc/hookbox/config.yaml as root) runs on the host: no shell, its own process group, a deadline (default 30s). It gets the
 terminal envelope as JSON on stdin and as the argv element {payload}
 ({result_path} and {run_id} too). Its outcome is result.json's notify
 section; it never changes the run's status or exit code, and a notify
@@ -80,34 +81,34 @@ configuration error is reported there instead of failing the run.`,
 				return err
 			}
 			inner, isInner := rootless.Inner()
-			switch {
-			case isInner && stateDir == "":
-				stateDir = inner.StateDir
-			case stateDir == "":
-				stateDir = runfiles.DefaultStateDir()
-			}
-			traced := r.Trace.Mode != render.TraceOff
+			dirs := dirsFrom(stateDir, cacheDir, inner)
 			progress := func(phase string) func(string) {
 				return func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, phase, msg) }
 			}
-			cfg := launcher.BackendConfig{Address: address, Daemon: daemonOptions(true, stateDir, progress("containerd")), Traced: traced}
+			backend := launcher.BackendConfig{Address: address, Daemon: daemonOptions(true, dirs.daemon, progress("containerd")),
+				Traced: r.Trace.Mode != render.TraceOff}
 			if !isInner && (rootlessFlag || rootlessUser()) {
 				if !rootlessUser() {
 					return usageError{errors.New("--rootless: run hookbox as the non-root user whose rootless containerd it should use (as root, hookbox runs rootful)")}
 				}
-				cfg.Daemon.Progress = progress("rootless")
-				return exitError{exitInfra, launcher.EnterRootless(cmd.Context(), cfg, stateDir, os.Args[1:]).Error()}
+				backend.Daemon.Progress = progress("rootless")
+				return exitError{exitInfra, launcher.EnterRootless(cmd.Context(), backend, dirs.state, dirs.cache, os.Args[1:]).Error()}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()                                                                 // a second signal must not kill hookbox mid-teardown
 			flagged := cmd.Flags().Changed("notify") || cmd.Flags().Changed("no-notify") // --notify-timeout alone adds no layer
-			plan := resolveNotify(notify.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn))
-			return runSpawn(ctx, cmd, r, cfg, runFlags{stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan})
+			global, err := config.LoadHost()
+			if err != nil {
+				return exitError{exitInfra, err.Error()}
+			}
+			plan := notify.Resolve(notifyconf.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn), global.Notify)
+			return runSpawn(ctx, cmd, r, backend, runFlags{dirs: dirs, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, secrets: global.Secrets})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
 	cmd.Flags().StringVar(&address, "address", "", "containerd socket (default $HOOKBOX_CONTAINERD_ADDRESS, then /run/containerd/containerd.sock, else a managed containerd)")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store and run records (default /var/lib/hookbox as root)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "run records (default /var/lib/hookbox as root, else $XDG_STATE_HOME/hookbox), and the runfiles store unless --cache-dir is given")
+	cmd.Flags().StringVar(&cacheDir, "cache-dir", "", "runfiles store (default --state-dir if given, else /var/cache/hookbox as root, else $XDG_CACHE_HOME/hookbox)")
 	cmd.Flags().BoolVar(&rootlessFlag, "rootless", false, "use the rootless backend (the default when not root): a rootless containerd under RootlessKit")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
 	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
@@ -119,21 +120,12 @@ configuration error is reported there instead of failing the run.`,
 }
 
 type runFlags struct {
-	stateDir     string
+	dirs         hostDirs
 	json         bool
 	grace        time.Duration
 	requireTrace bool
 	notify       notify.Plan
-}
-
-// resolveNotify adds the global config layer and resolves the notifier.
-// It never fails: an unusable config is part of the plan.
-func resolveNotify(flag, spec notify.Setting) notify.Plan {
-	var global notify.Setting
-	if path, err := secrets.DefaultConfigPath(os.Getenv); err == nil {
-		global = notify.LoadGlobal(path)
-	}
-	return notify.Resolve(flag, spec, global)
+	secrets      secretsconf.Lookup
 }
 
 func pickSpawn(renders []*render.Render, name, file string) (*render.Render, error) {
@@ -160,7 +152,8 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 		return exitError{exitInfra, err.Error()}
 	}
 	defer backend.Close()
-	opts := launcher.Options{Backend: backend, StateDir: f.stateDir, Grace: f.grace, Version: version, RequireTrace: f.requireTrace, Notify: f.notify}
+	opts := launcher.Options{Backend: backend, StateDir: f.dirs.state, CacheDir: f.dirs.cache, Grace: f.grace, Version: version,
+		RequireTrace: f.requireTrace, Notify: f.notify, SecretLookup: f.secrets}
 	if f.notify.Warning != "" && !f.json {
 		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
 	}

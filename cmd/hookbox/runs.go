@@ -12,18 +12,11 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/spf13/cobra"
 
+	"hookbox.dev/hookbox/internal/config"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/daemon"
 	"hookbox.dev/hookbox/launcher/rootless"
-	"hookbox.dev/hookbox/runfiles"
 )
-
-func stateDirOr(flag string) string {
-	if flag != "" {
-		return flag
-	}
-	return runfiles.DefaultStateDir()
-}
 
 func newGCCommand() *cobra.Command {
 	var address, stateDir string
@@ -36,12 +29,10 @@ func newGCCommand() *cobra.Command {
 			// Rootless: what runs left (tmpfs mounts, containers) lives in
 			// RootlessKit's namespaces, so gc runs there too.
 			inner, isInner := rootless.Inner()
-			if isInner && stateDir == "" {
-				stateDir = inner.StateDir
-			}
-			cfg := launcher.BackendConfig{Address: address, Daemon: daemonOptions(false, stateDirOr(stateDir), nil)}
+			dirs := dirsFrom(stateDir, "", inner)
+			cfg := launcher.BackendConfig{Address: address, Daemon: daemonOptions(false, dirs.daemon, nil)}
 			if !isInner && rootlessUser() {
-				return exitError{exitInfra, launcher.EnterRootless(cmd.Context(), cfg, stateDirOr(stateDir), os.Args[1:]).Error()}
+				return exitError{exitInfra, launcher.EnterRootless(cmd.Context(), cfg, dirs.state, dirs.cache, os.Args[1:]).Error()}
 			}
 			var client *containerd.Client
 			if backend, err := launcher.Connect(cmd.Context(), cfg); err != nil {
@@ -50,7 +41,7 @@ func newGCCommand() *cobra.Command {
 				defer backend.Close()
 				client = backend.Client
 			}
-			report, err := launcher.GC(cmd.Context(), client, stateDirOr(stateDir), dryRun)
+			report, err := launcher.GC(cmd.Context(), client, dirs.state, dryRun)
 			if err != nil {
 				return err
 			}
@@ -152,7 +143,10 @@ func managedDaemon(stateDir string) daemon.Managed {
 	if runtimeDir == "" {
 		runtimeDir = daemon.DefaultRuntimeDir()
 	}
-	return daemon.ManagedPaths(stateDirOr(stateDir), runtimeDir)
+	if stateDir == "" {
+		stateDir = config.DataDir()
+	}
+	return daemon.ManagedPaths(stateDir, runtimeDir)
 }
 
 func newDaemonCommand() *cobra.Command {

@@ -14,8 +14,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 
-	"hookbox.dev/hookbox/runfiles"
-
+	"hookbox.dev/hookbox/internal/config"
 	"hookbox.dev/hookbox/internal/userns"
 )
 
@@ -89,7 +88,7 @@ type Options struct {
 	// AutoStart allows starting (or reusing) the managed daemon when the
 	// system address does not answer.
 	AutoStart bool
-	// StateDir is hookbox's state directory ("" = runfiles.DefaultStateDir()).
+	// StateDir is the managed daemon's home ("" = config.DataDir()).
 	StateDir string
 	// RuntimeDir is hookbox's runtime directory ("" = DefaultRuntimeDir()).
 	RuntimeDir string
@@ -109,7 +108,7 @@ type Options struct {
 func (o Options) Dirs() (stateDir, runtimeDir string) {
 	stateDir, runtimeDir = o.StateDir, o.RuntimeDir
 	if stateDir == "" {
-		stateDir = runfiles.DefaultStateDir()
+		stateDir = config.DataDir()
 	}
 	if runtimeDir == "" {
 		runtimeDir = DefaultRuntimeDir()

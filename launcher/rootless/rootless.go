@@ -33,9 +33,11 @@ type Context struct {
 	Address  string `json:"address"`
 	RuncRoot string `json:"runc_root,omitempty"`
 	FIFODir  string `json:"fifo_dir,omitempty"`
-	// StateDir is the user's (chosen outside, where the user is who
-	// hookbox's defaults expect).
+	// StateDir (run records) and CacheDir (the runfiles store) are the
+	// user's (chosen outside, where the user is who hookbox's defaults
+	// expect).
 	StateDir string `json:"state_dir"`
+	CacheDir string `json:"cache_dir,omitempty"`
 	// TracerFD is an inherited connection to the tracer helper, or 0 with
 	// TracerUnavailable saying why there is none.
 	TracerFD          int    `json:"tracer_fd,omitempty"`

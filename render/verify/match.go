@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"hookbox.dev/hookbox/compiler/shellwords"
+	"hookbox.dev/hookbox/internal/shellwords"
 	"hookbox.dev/hookbox/render"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"hookbox.dev/hookbox/compiler/shellwords"
+	"hookbox.dev/hookbox/internal/shellwords"
 	"hookbox.dev/hookbox/render"
 )
 

@@ -1,4 +1,4 @@
-package secrets
+package secretsconf
 
 import (
 	"fmt"
@@ -21,11 +21,11 @@ const (
 	RefusalNameDuplicate Refusal = "name-duplicate"
 )
 
-// Refusals of the global config's secrets.lookup block (ParseLookup).
+// Refusals of the global config's secrets block (ParseNode).
 const (
-	// RefusalConfigInvalid: the file is not one parseable YAML document, the
-	// top level, secrets or secrets.lookup is not a mapping, or a field is
-	// given twice.
+	// RefusalConfigInvalid: secrets or secrets.lookup is not a mapping, or
+	// a field is given twice. (A file that is not one YAML mapping is the
+	// config loader's error, not a refusal.)
 	RefusalConfigInvalid Refusal = "config-invalid"
 	// RefusalUnknownField: secrets or secrets.lookup has a field this version
 	// does not know (or a key that is not a string).

@@ -1,31 +1,26 @@
-// Package notify owns the host-side notifier: the program hookbox runs once
-// a run has reached its terminal result (docs/contracts.md §4).
+// Package notifyconf owns the shape of hookbox's notify configuration,
+// below the compiler and free of any process execution: one layer's
+// Setting as the --notify flags (FlagSetting), a spec's notify block or the
+// global config's notify block (ParseNode) write it, and the checks on its
+// argv (CheckArgv). Resolving the layers and running the notifier are
+// package notify's.
 //
-// It owns the notify configuration (its three layers and their precedence),
-// the payload (the terminal envelope), and running the notifier: argv only,
-// no shell, its own process group, a deadline, an allow-listed environment,
-// and stderr kept raw in an owner-only file while every snippet shown is
-// redacted. It never changes a run's outcome: whatever happens here ends up
-// in an Outcome, never in the run's status or exit code, and a configuration
-// error is an Outcome (failed, with a reason id), never an error that stops
-// the run.
-//
-// What it does not do: it does not retry, and it does not read the
-// notifier's stdout.
-package notify
+// A malformed layer is a Setting with a Reason id, never an error: a notify
+// configuration error must not fail the run it describes. A Message never
+// repeats argv values.
+package notifyconf
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"hookbox.dev/hookbox/compiler/shellwords"
+	"hookbox.dev/hookbox/internal/shellwords"
+	"hookbox.dev/hookbox/internal/yamlnode"
 )
 
 // Placeholders: an argv element that is exactly one of these is replaced by
@@ -44,36 +39,21 @@ const (
 	DefaultTimeout = 30 * time.Second
 	// MaxTimeout is the largest deadline a config may set.
 	MaxTimeout = 10 * time.Minute
-	// DefaultGrace is the time between SIGTERM and SIGKILL at the deadline.
-	DefaultGrace  = 2 * time.Second
-	maxConfigSize = 1 << 20
 )
 
-// Layers, highest precedence first.
+// Layers, highest precedence first (a Setting's Source).
 const (
-	SourceFlag    = "flag"
-	SourceSpec    = "spec"
-	SourceConfig  = "config"
-	SourceDefault = "default"
+	SourceFlag   = "flag"
+	SourceSpec   = "spec"
+	SourceConfig = "config"
 )
 
-// Reason ids of Outcome.Reason (stable strings).
+// Reason ids of a malformed layer (stable strings; they become the
+// notify outcome's reason).
 const (
 	ReasonConfigInvalid       = "config-invalid"       // malformed notify block or flag
 	ReasonArgvRefused         = "argv-refused"         // string form needs a shell feature
 	ReasonPlaceholderEmbedded = "placeholder-embedded" // {payload} etc. inside a longer element or as argv[0]
-	ReasonEmptyArgv           = "empty-argv"           // enabled with no argv: disabled, with a warning
-	ReasonNotEnabled          = "not-enabled"          // enabled: false
-	ReasonNotConfigured       = "not-configured"       // no layer says anything
-	ReasonStatusFiltered      = "status-not-selected"  // filter.statuses excludes the run's status
-	ReasonSpawnFiltered       = "spawn-not-selected"   // filter.spawns excludes the spawn
-	ReasonStartFailed         = "start-failed"         // the notifier could not be started
-	ReasonExitNonZero         = "exit-nonzero"         // the notifier exited with a non-zero code
-	ReasonSignaled            = "signaled"             // the notifier was killed by a signal it was not sent by us
-	ReasonDeadline            = "deadline"             // timed_out: the deadline passed
-	ReasonCancelled           = "cancelled"            // failed: hookbox was cancelled while it ran
-	ReasonRecordFailed        = "record-failed"        // notify.stderr could not be created
-	ReasonPayloadFailed       = "payload-failed"       // the envelope could not be encoded
 )
 
 // Filter selects the runs that are notified. An empty list selects all.
@@ -96,52 +76,6 @@ type Setting struct {
 	// silently replaced by a lower layer. Message never repeats argv values.
 	Reason  string
 	Message string
-}
-
-// Plan is the resolved configuration for one run.
-type Plan struct {
-	Source  string // the layer that decided
-	Enabled bool
-	Argv    []string
-	Timeout time.Duration
-	Filter  Filter
-	// Reason is why the plan is not enabled (not-configured, not-enabled,
-	// empty-argv) or why it is invalid (a config reason); Invalid says which.
-	Reason  string
-	Invalid bool
-	Message string
-	// Warning is for the terminal (empty argv).
-	Warning string
-}
-
-// Resolve picks the first present layer, in the order given (flag, spec,
-// global config): precedence is per layer, not per field, so a spec's
-// notify block replaces the global one whole. Absent everywhere and
-// enabled: false both resolve to disabled; an enabled layer with no argv
-// resolves to disabled with a warning.
-func Resolve(layers ...Setting) Plan {
-	for _, s := range layers {
-		if !s.Present {
-			continue
-		}
-		p := Plan{Source: s.Source, Argv: s.Argv, Timeout: s.Timeout, Filter: s.Filter}
-		switch {
-		case s.Reason != "":
-			p.Invalid, p.Reason, p.Message = true, s.Reason, s.Message
-		case s.Enabled != nil && !*s.Enabled:
-			p.Reason = ReasonNotEnabled
-		case len(s.Argv) == 0:
-			p.Reason = ReasonEmptyArgv
-			p.Warning = fmt.Sprintf("notify (%s): enabled but argv is empty; notification is disabled", s.Source)
-		default:
-			p.Enabled = true
-		}
-		if p.Timeout <= 0 {
-			p.Timeout = DefaultTimeout
-		}
-		return p
-	}
-	return Plan{Source: SourceDefault, Reason: ReasonNotConfigured, Timeout: DefaultTimeout}
 }
 
 // CheckArgv checks an argv's placeholders: each must be a whole element,
@@ -178,7 +112,7 @@ func SplitString(s string) ([]string, string, string) {
 	return words, "", ""
 }
 
-// argvSetting fills s.Argv from a list or a string and checks it.
+// setArgv fills s.Argv from a list or a string and checks it.
 func (s *Setting) setArgv(argv []string) {
 	if reason, msg := CheckArgv(argv); reason != "" {
 		s.Reason, s.Message = reason, msg
@@ -230,7 +164,7 @@ func FlagSetting(set bool, value string, timeout time.Duration, disable bool) Se
 // never fails: a malformed block is a Setting with Reason set.
 func ParseNode(n *yaml.Node, source string) Setting {
 	s := Setting{Present: true, Source: source}
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if n == nil || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
 		return Setting{}
 	}
@@ -243,7 +177,7 @@ func ParseNode(n *yaml.Node, source string) Setting {
 		return bad("must be a mapping with enabled, argv, timeout and filter")
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, v := n.Content[i].Value, deref(n.Content[i+1])
+		key, v := n.Content[i].Value, yamlnode.Deref(n.Content[i+1])
 		if v == nil {
 			return bad("%s: unreadable value", key)
 		}
@@ -259,7 +193,7 @@ func ParseNode(n *yaml.Node, source string) Setting {
 			case v.Kind == yaml.SequenceNode:
 				argv := make([]string, 0, len(v.Content))
 				for j, item := range v.Content {
-					item = deref(item)
+					item = yamlnode.Deref(item)
 					if item == nil || item.Kind != yaml.ScalarNode || item.Tag != "!!str" {
 						return bad("argv[%d] must be a string", j)
 					}
@@ -302,11 +236,11 @@ func ParseNode(n *yaml.Node, source string) Setting {
 				case "spawns":
 					s.Filter.Spawns = list
 				default:
-					return bad("unknown field filter.%s (known: statuses, spawns)", fk)
+					return bad("unknown field filter.%s at line %d, column %d (known: statuses, spawns)", fk, v.Content[j].Line, v.Content[j].Column)
 				}
 			}
 		default:
-			return bad("unknown field %s (known: enabled, argv, timeout, filter)", key)
+			return bad("unknown field %s at line %d, column %d (known: enabled, argv, timeout, filter)", key, n.Content[i].Line, n.Content[i].Column)
 		}
 	}
 	if s.Argv != nil {
@@ -316,93 +250,17 @@ func ParseNode(n *yaml.Node, source string) Setting {
 }
 
 func stringList(n *yaml.Node) ([]string, bool) {
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if n == nil || n.Kind != yaml.SequenceNode {
 		return nil, false
 	}
 	var out []string
 	for _, item := range n.Content {
-		item = deref(item)
+		item = yamlnode.Deref(item)
 		if item == nil || item.Kind != yaml.ScalarNode || item.Tag != "!!str" {
 			return nil, false
 		}
 		out = append(out, item.Value)
 	}
 	return out, true
-}
-
-func deref(n *yaml.Node) *yaml.Node {
-	for depth := 0; n != nil && n.Kind == yaml.AliasNode && depth < 16; depth++ {
-		n = n.Alias
-	}
-	if n != nil && n.Kind == yaml.AliasNode {
-		return nil
-	}
-	return n
-}
-
-// LoadGlobal reads the top-level notify block of the user's global config
-// file (the file secrets reads its lookup from; other keys are ignored
-// here). A missing file or a file without notify says nothing. A file that
-// cannot be read or parsed is an invalid layer, not an error: it must not
-// stop the run.
-func LoadGlobal(path string) Setting {
-	if path == "" {
-		return Setting{}
-	}
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return Setting{}
-	}
-	if err != nil {
-		return Setting{Present: true, Source: SourceConfig, Reason: ReasonConfigInvalid, Message: "global config: cannot be read: " + errText(err)}
-	}
-	defer f.Close()
-	data := make([]byte, maxConfigSize+1)
-	n, _ := readFull(f, data)
-	if n > maxConfigSize {
-		return Setting{Present: true, Source: SourceConfig, Reason: ReasonConfigInvalid, Message: "global config: larger than 1 MiB"}
-	}
-	return ParseGlobal(data[:n])
-}
-
-// ParseGlobal reads the notify block of global config bytes.
-func ParseGlobal(data []byte) Setting {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return Setting{Present: true, Source: SourceConfig, Reason: ReasonConfigInvalid, Message: "global config: not valid YAML"}
-	}
-	if len(doc.Content) == 0 {
-		return Setting{}
-	}
-	root := deref(doc.Content[0])
-	if root == nil || root.Kind != yaml.MappingNode {
-		return Setting{}
-	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		if root.Content[i].Value == "notify" {
-			return ParseNode(root.Content[i+1], SourceConfig)
-		}
-	}
-	return Setting{}
-}
-
-func readFull(f *os.File, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := f.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-func errText(err error) string {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
 }

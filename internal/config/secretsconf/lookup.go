@@ -1,12 +1,7 @@
-package secrets
+package secretsconf
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,35 +22,7 @@ const (
 	DefaultTimeout = 10 * time.Second
 	// MaxTimeout is the largest timeout the config may set.
 	MaxTimeout = 10 * time.Minute
-	// maxConfigSize bounds how much of the global config file is read; the
-	// file is a few lines of YAML.
-	maxConfigSize = 1 << 20
 )
-
-// ErrNoConfigPath is returned by DefaultConfigPath when the environment names
-// no usable location for the global config file.
-var ErrNoConfigPath = errors.New("no location for the hookbox global config")
-
-// DefaultConfigPath returns the global config file's path: $HOOKBOX_CONFIG
-// if set (it must be absolute; for tests and packaging), else
-// $XDG_CONFIG_HOME/hookbox/config.yaml, else $HOME/.config/hookbox/config.yaml.
-// An empty variable counts as unset, and a relative XDG_CONFIG_HOME is ignored
-// as the XDG base directory spec requires. getenv is os.Getenv in production.
-func DefaultConfigPath(getenv func(string) string) (string, error) {
-	if p := getenv("HOOKBOX_CONFIG"); p != "" {
-		if !filepath.IsAbs(p) {
-			return "", fmt.Errorf("%w: HOOKBOX_CONFIG must be an absolute path", ErrNoConfigPath)
-		}
-		return filepath.Clean(p), nil
-	}
-	if x := getenv("XDG_CONFIG_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "hookbox", "config.yaml"), nil
-	}
-	if h := getenv("HOME"); h != "" && filepath.IsAbs(h) {
-		return filepath.Join(h, ".config", "hookbox", "config.yaml"), nil
-	}
-	return "", fmt.Errorf("%w: set HOOKBOX_CONFIG to an absolute path, or HOME (or XDG_CONFIG_HOME) to an absolute directory", ErrNoConfigPath)
-}
 
 // LookupState is what the user's global config says about secret lookup.
 type LookupState int
@@ -114,54 +81,25 @@ func (l Lookup) Err() error {
 	return &RefusedError{Reason: l.Reason, Index: l.Index, Source: l.Source, Message: l.Message}
 }
 
-// LoadLookup reads the secrets.lookup block of the global config file at
-// path. A missing file is NotConfigured, not an error. The returned error is
-// for a file that exists but cannot be read; a malformed file is not an
-// error but a Lookup with State Refused (see ParseLookup), so that a launch
-// that needs no lookup is not blocked by it.
-func LoadLookup(path string) (Lookup, error) {
-	if path == "" {
-		return Lookup{}, fmt.Errorf("read secret lookup config: %w: empty path", ErrNoConfigPath)
-	}
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return Lookup{State: NotConfigured, Source: path}, nil
-	}
-	if err != nil {
-		return Lookup{}, fmt.Errorf("read secret lookup config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
-	if err != nil {
-		return Lookup{}, fmt.Errorf("read secret lookup config: %w", err)
-	}
-	if len(data) > maxConfigSize {
-		return refuse(path, RefusalConfigInvalid, -1, fmt.Sprintf("the file is larger than %d bytes; a hookbox config is a few lines of YAML", maxConfigSize)), nil
-	}
-	return ParseLookup(data, path), nil
-}
-
-// ParseLookup is the pure core of LoadLookup over the config file's bytes;
-// source is the file's path, used in messages only.
+// ParseNode reads the value of the global config's top-level secrets key
+// (nil when the key is absent); source is the config file's path, used in
+// messages only. The document around it is the config loader's to check.
 //
-// Other top-level keys belong to other parts of hookbox and are ignored. The
-// secrets and secrets.lookup mappings are owned here and checked strictly:
-// an unknown field is refused rather than ignored, so a typo cannot silently
-// turn the lookup off. When enabled is false, argv and timeout are not
-// validated, so a half-written lookup can be switched off.
-func ParseLookup(data []byte, source string) Lookup {
-	root, refusal := parseDocument(data, source)
-	if refusal != nil {
-		return *refusal
-	}
-	if root == nil {
+// The secrets and secrets.lookup mappings are checked strictly: an unknown
+// field is refused rather than ignored, so a typo cannot silently turn the
+// lookup off. When enabled is false, argv and timeout are not validated, so
+// a half-written lookup can be switched off. A refusal is a state of the
+// returned Lookup, not an error, so that a launch that needs no lookup is
+// not blocked by it.
+func ParseNode(secretsNode *yaml.Node, source string) Lookup {
+	if secretsNode == nil {
 		return notConfigured(source)
 	}
-	secretsNode, refusal := field(root, "secrets", source)
-	if refusal != nil {
-		return *refusal
-	}
+	secretsNode = yamlnode.Deref(secretsNode)
 	if secretsNode == nil {
+		return refuse(source, RefusalConfigInvalid, -1, "secrets is an unresolved alias")
+	}
+	if yamlnode.IsNull(secretsNode) {
 		return notConfigured(source)
 	}
 	if secretsNode.Kind != yaml.MappingNode {
@@ -197,7 +135,7 @@ func ParseLookup(data []byte, source string) Lookup {
 	if bad != nil {
 		return *bad
 	}
-	if reason, index, msg := checkArgv(argv); reason != "" {
+	if reason, index, msg := CheckArgv(argv); reason != "" {
 		return refuse(source, reason, index, msg)
 	}
 
@@ -220,102 +158,6 @@ func refuse(source string, reason Refusal, index int, msg string) Lookup {
 	return Lookup{State: Refused, Reason: reason, Index: index, Message: msg, Source: source}
 }
 
-// parseDocument returns the top-level mapping, or nil when the file holds
-// nothing (empty, comments only, or null).
-func parseDocument(data []byte, source string) (root *yaml.Node, refusal *Lookup) {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	err := decodeNode(dec, &doc)
-	if errors.Is(err, io.EOF) {
-		return nil, nil
-	}
-	if err != nil {
-		r := refuse(source, RefusalConfigInvalid, -1, "the file is not valid YAML"+parseErrorLine(err)+"; fix its syntax")
-		return nil, &r
-	}
-	var extra yaml.Node
-	if err := decodeNode(dec, &extra); !errors.Is(err, io.EOF) {
-		r := refuse(source, RefusalConfigInvalid, -1, "the file must hold exactly one YAML document; remove the extra --- documents")
-		return nil, &r
-	}
-	n := &doc
-	if n.Kind == yaml.DocumentNode {
-		if len(n.Content) == 0 {
-			return nil, nil
-		}
-		n = n.Content[0]
-	}
-	n = deref(n)
-	switch {
-	case n == nil:
-		r := refuse(source, RefusalConfigInvalid, -1, "the top level is an unresolved alias; it must be a mapping")
-		return nil, &r
-	case isNull(n):
-		return nil, nil
-	case n.Kind != yaml.MappingNode:
-		r := refuse(source, RefusalConfigInvalid, -1, "the top level must be a mapping; it is "+yamlnode.Describe(n))
-		return nil, &r
-	}
-	return n, nil
-}
-
-// decodeNode shields the caller from a panic inside the YAML library: input
-// must never crash hookbox, and a parser bug is reported as invalid YAML.
-func decodeNode(dec *yaml.Decoder, n *yaml.Node) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = errors.New("yaml: parser failure")
-		}
-	}()
-	return dec.Decode(n)
-}
-
-// parseErrorLine extracts " at line N" from a YAML parse error. The rest of
-// the library's message is dropped because some messages quote the input
-// (an unknown anchor's name, for one).
-func parseErrorLine(err error) string {
-	msg := err.Error()
-	const prefix = "yaml: line "
-	if !strings.HasPrefix(msg, prefix) {
-		return ""
-	}
-	rest := msg[len(prefix):]
-	end := 0
-	for end < len(rest) && end < 10 && rest[end] >= '0' && rest[end] <= '9' {
-		end++
-	}
-	if end == 0 {
-		return ""
-	}
-	return " (parse error at line " + rest[:end] + ")"
-}
-
-// field finds key in the top-level mapping. Only duplicate "secrets" keys
-// are refused; other top-level keys are not this package's to judge.
-func field(m *yaml.Node, key, source string) (*yaml.Node, *Lookup) {
-	var found *yaml.Node
-	foundLine := 0
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k := deref(m.Content[i])
-		if k == nil || k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" || k.Value != key {
-			continue
-		}
-		if found != nil {
-			r := refuse(source, RefusalConfigInvalid, -1, fmt.Sprintf("%s is given twice (lines %d and %d); keep one", key, foundLine, k.Line))
-			return nil, &r
-		}
-		found, foundLine = deref(m.Content[i+1]), k.Line
-		if found == nil {
-			r := refuse(source, RefusalConfigInvalid, -1, key+" is an unresolved alias")
-			return nil, &r
-		}
-	}
-	if found != nil && isNull(found) {
-		return nil, nil
-	}
-	return found, nil
-}
-
 // fields collects the known fields of a mapping owned by this package. Null
 // values count as absent for "lookup" only; callers see the node otherwise.
 // An unknown key is reported by position, never by text: it may be a value
@@ -324,7 +166,7 @@ func fields(m *yaml.Node, path string, known []string, source string) (map[strin
 	out := make(map[string]*yaml.Node, len(known))
 	lines := make(map[string]int, len(known))
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k := deref(m.Content[i])
+		k := yamlnode.Deref(m.Content[i])
 		if k == nil || k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" {
 			what := "an unresolved alias"
 			line, col := m.Content[i].Line, m.Content[i].Column
@@ -342,13 +184,13 @@ func fields(m *yaml.Node, path string, known []string, source string) (map[strin
 			r := refuse(source, RefusalConfigInvalid, -1, fmt.Sprintf("%s.%s is given twice (lines %d and %d); keep one", path, k.Value, first, k.Line))
 			return nil, &r
 		}
-		v := deref(m.Content[i+1])
+		v := yamlnode.Deref(m.Content[i+1])
 		if v == nil {
 			r := refuse(source, RefusalConfigInvalid, -1, fmt.Sprintf("%s.%s is an unresolved alias", path, k.Value))
 			return nil, &r
 		}
 		lines[k.Value] = k.Line
-		if k.Value == "lookup" && isNull(v) {
+		if k.Value == "lookup" && yamlnode.IsNull(v) {
 			continue // "lookup:" with everything commented out
 		}
 		out[k.Value] = v
@@ -359,7 +201,7 @@ func fields(m *yaml.Node, path string, known []string, source string) (map[strin
 // argvValue extracts argv as strings. Elements that are not plain strings are
 // reported by position and type only.
 func argvValue(n *yaml.Node, source string) ([]string, *Lookup) {
-	if n == nil || isNull(n) {
+	if n == nil || yamlnode.IsNull(n) {
 		r := refuse(source, RefusalArgvEmpty, -1, `secrets.lookup.argv is missing; give the lookup command as a list, e.g. argv: ["/usr/bin/pass", "show", "hookbox/{name}"]`)
 		return nil, &r
 	}
@@ -369,7 +211,7 @@ func argvValue(n *yaml.Node, source string) ([]string, *Lookup) {
 	}
 	argv := make([]string, 0, len(n.Content))
 	for i, e := range n.Content {
-		e = deref(e)
+		e = yamlnode.Deref(e)
 		if e == nil || e.Kind != yaml.ScalarNode || e.ShortTag() != "!!str" {
 			what := "an unresolved alias"
 			if e != nil {
@@ -383,9 +225,9 @@ func argvValue(n *yaml.Node, source string) ([]string, *Lookup) {
 	return argv, nil
 }
 
-// checkArgv validates a lookup argv. It is shared by the parser and the
+// CheckArgv validates a lookup argv. It is shared by the parser and the
 // resolver, because a Lookup can also be built in code.
-func checkArgv(argv []string) (reason Refusal, index int, msg string) {
+func CheckArgv(argv []string) (reason Refusal, index int, msg string) {
 	if len(argv) == 0 {
 		return RefusalArgvEmpty, -1, `secrets.lookup.argv is empty; give the lookup command as a list, e.g. argv: ["/usr/bin/pass", "show", "hookbox/{name}"]`
 	}
@@ -431,19 +273,4 @@ func boolValue(n *yaml.Node) (value, ok bool) {
 		return false, false
 	}
 	return b, true
-}
-
-// deref follows aliases to the anchored node; nil if it cannot.
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n != nil && n.Kind == yaml.AliasNode; i++ {
-		if i == 8 {
-			return nil
-		}
-		n = n.Alias
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }
