@@ -34,6 +34,7 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 
 	"hookbox.dev/hookbox/images"
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/notify"
@@ -256,7 +257,7 @@ func (x *execution) notify() {
 
 // prepare writes the intent, then assembles everything the container needs.
 func (x *execution) prepare() error {
-	self, err := cgroup.PidStartTime(os.Getpid())
+	self, err := host.StartTime(os.Getpid())
 	if err != nil {
 		return fmt.Errorf("read own start time: %w", err)
 	}
@@ -304,7 +305,7 @@ func (x *execution) prepare() error {
 		return err
 	}
 	x.result.RenderDigest = digest
-	if err := writeFileAtomic(filepath.Join(x.dir, RenderFile), append(canonical, '\n'), 0o644); err != nil {
+	if err := host.WriteFileAtomic(filepath.Join(x.dir, RenderFile), append(canonical, '\n'), 0o644); err != nil {
 		return err
 	}
 
@@ -468,7 +469,7 @@ func (x *execution) create() error {
 		return fmt.Errorf("wait task: %w", err)
 	}
 	pid := int(x.task.Pid())
-	startTime, err := cgroup.PidStartTime(pid)
+	startTime, err := host.StartTime(pid)
 	if err != nil {
 		return fmt.Errorf("read init start time: %w", err)
 	}

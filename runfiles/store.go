@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"hookbox.dev/hookbox/internal/userns"
+	"hookbox.dev/hookbox/internal/host"
 )
 
 // sealTime is the modification time of every store object (and so of every
@@ -37,7 +37,7 @@ const copyBufSize = 1 << 20
 // else $XDG_DATA_HOME/hookbox, else ~/.local/share/hookbox. It is "" when
 // none of these can be determined (no home directory).
 func DefaultStateDir() string {
-	if userns.RealRoot() {
+	if host.RealRoot() {
 		return "/var/lib/hookbox"
 	}
 	if x := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(x) {

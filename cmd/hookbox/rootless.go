@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/ebpf"
-	"hookbox.dev/hookbox/internal/userns"
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/launcher/daemon"
@@ -58,7 +58,7 @@ func enterRootless(ctx context.Context, address, stateDir string, traced bool, p
 
 // rootlessUser: this process is not root on the host (euid 0 inside a
 // user namespace is not root there), so runs use the rootless backend.
-func rootlessUser() bool { return !userns.RealRoot() }
+func rootlessUser() bool { return !host.RealRoot() }
 
 // dialTracerHelper connects to `hookbox tracer serve`, or says why not.
 func dialTracerHelper() (*os.File, string) {
