@@ -3,7 +3,6 @@
 package ebpf
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/internal/host"
 )
 
 // FileIdentity returns the identity the tracer reports for an exec of path
@@ -98,44 +99,13 @@ func identityOf(fd int, mountinfos []string) (FileID, error) {
 		return FileID{}, fmt.Errorf("%w: statx has no mount id (Linux 5.8+)", ErrNotSupported)
 	}
 	for _, p := range mountinfos {
-		dev, ok, err := mountDev(p, stx.Mnt_id)
+		mounts, err := host.ReadMounts(p)
 		if err != nil {
 			return FileID{}, err
 		}
-		if ok {
-			return FileID{Dev: dev, Ino: stx.Ino}, nil
+		if m := host.MountByID(mounts, stx.Mnt_id); m != nil {
+			return FileID{Dev: mkdev(uint32(m.Major), uint32(m.Minor)), Ino: stx.Ino}, nil
 		}
 	}
 	return FileID{}, fmt.Errorf("mount %d not listed in %s", stx.Mnt_id, strings.Join(mountinfos, ", "))
-}
-
-// mountDev finds mount id in a mountinfo file and returns its device
-// (field 3, major:minor of the superblock).
-func mountDev(path string, id uint64) (uint64, bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, false, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	want := strconv.FormatUint(id, 10)
-	for s.Scan() {
-		dev, ok := mountinfoDev(s.Text(), want)
-		if ok {
-			d, err := parseDev(dev)
-			return d, err == nil, err
-		}
-	}
-	return 0, false, s.Err()
-}
-
-// mountinfoDev returns the major:minor field of a mountinfo line whose
-// mount id is id.
-func mountinfoDev(line, id string) (string, bool) {
-	f := strings.Fields(line)
-	if len(f) < 3 || f[0] != id {
-		return "", false
-	}
-	return f[2], true
 }

@@ -3,7 +3,6 @@
 package ebpf
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/internal/host"
 )
 
 func TestMain(m *testing.M) {
@@ -65,24 +66,14 @@ func requireTracer(t testing.TB, opts Options) *Tracer {
 // a pure v2 host, /sys/fs/cgroup/unified on a hybrid one.
 func cgroup2Root(t testing.TB) string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	cgs, err := host.HostCgroups()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		pre, post, ok := strings.Cut(s.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) >= 5 && len(qf) >= 1 && qf[0] == "cgroup2" && pf[3] == "/" {
-			return unescapeMountinfo(pf[4])
-		}
+	if cgs.Unified == "" {
+		missing(t, "no cgroup2 hierarchy mounted")
 	}
-	missing(t, "no cgroup2 hierarchy mounted")
-	return ""
+	return cgs.Unified
 }
 
 // testCgroup is a cgroup2 directory made for one test; its inode is the id

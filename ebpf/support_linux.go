@@ -3,14 +3,14 @@
 package ebpf
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	cebpf "github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/internal/host"
 )
 
 const vmlinuxBTF = "/sys/kernel/btf/vmlinux"
@@ -20,17 +20,12 @@ const vmlinuxBTF = "/sys/kernel/btf/vmlinux"
 var tracefsPlaces = []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}
 
 // TracefsPath is where tracefs is mounted, found the way cilium/ebpf finds
-// it (a tracefs mount of its root in /proc/self/mountinfo, then statfs of
-// the usual places), or "" when it is not mounted.
+// it (a tracefs mount of its root in the mount table, then statfs of the
+// usual places), or "" when it is not mounted.
 func TracefsPath() string {
-	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
-		defer f.Close()
-		s := bufio.NewScanner(f)
-		s.Buffer(make([]byte, 64<<10), 1<<20)
-		for s.Scan() {
-			if p := tracefsMountPoint(s.Text()); p != "" {
-				return p
-			}
+	if mounts, err := host.Mounts(); err == nil {
+		if p := host.TracefsMount(mounts); p != "" {
+			return p
 		}
 	}
 	for _, p := range tracefsPlaces {
@@ -41,38 +36,6 @@ func TracefsPath() string {
 	}
 	return ""
 }
-
-// tracefsMountPoint returns the mount point of a mountinfo line that mounts
-// the root of a tracefs, else "".
-func tracefsMountPoint(line string) string {
-	pre, post, ok := strings.Cut(line, " - ")
-	if !ok {
-		return ""
-	}
-	f, g := strings.Fields(pre), strings.Fields(post)
-	if len(f) < 5 || len(g) < 1 || g[0] != "tracefs" || f[3] != "/" {
-		return ""
-	}
-	return unescapeMountinfo(f[4])
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // EnsureTracefs mounts tracefs at /sys/kernel/tracing when it is not
 // mounted anywhere cilium/ebpf looks (attaching a tracepoint needs it to

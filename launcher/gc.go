@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"hookbox.dev/hookbox/images"
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/oci"
@@ -69,7 +70,7 @@ func GC(ctx context.Context, client *containerd.Client, stateDir string, dryRun 
 		if finishedCleanly(dir) {
 			continue
 		}
-		if cgroup.ProcessAlive(intent.HookboxPID, intent.HookboxStart) {
+		if host.ProcessAlive(intent.HookboxPID, intent.HookboxStart) {
 			report.Live = append(report.Live, intent.RunID)
 			continue
 		}
@@ -89,7 +90,7 @@ func GC(ctx context.Context, client *containerd.Client, stateDir string, dryRun 
 			if err1 != nil || err2 != nil {
 				return false // no proof of abandonment
 			}
-			return !cgroup.ProcessAlive(pid, start)
+			return !host.ProcessAlive(pid, start)
 		}
 		containers, err := client.Containers(ctx, "labels.\""+LabelRunID+"\"")
 		if err != nil {
@@ -277,7 +278,7 @@ func ListRuns(stateDir string) ([]RunSummary, error) {
 			if json.Unmarshal(data, &res) == nil {
 				s.Status, s.ExitCode = res.Status, res.ExitCode
 			}
-		} else if !cgroup.ProcessAlive(intent.HookboxPID, intent.HookboxStart) {
+		} else if !host.ProcessAlive(intent.HookboxPID, intent.HookboxStart) {
 			s.Status = "abandoned"
 		}
 		out = append(out, s)

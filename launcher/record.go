@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"hookbox.dev/hookbox/internal/host"
 )
 
 // ResultSchemaVersion is the version of result.json. Within a version,
@@ -78,34 +80,7 @@ func writeJSON(path string, v any, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(data, '\n'), perm)
-}
-
-// writeFileAtomic replaces path with data in one rename, so a reader (gc,
-// ps) never sees a partial file. It does not fsync: a record outlives a
-// killed hookbox in the page cache, and a machine crash ends the
-// containers it describes too.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return host.WriteFileAtomic(path, append(data, '\n'), perm)
 }
 
 // ReadIntent reads a run record's intent.

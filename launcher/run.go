@@ -35,6 +35,7 @@ import (
 
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/internal/config/secretsconf"
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/notify"
@@ -250,7 +251,7 @@ func (x *execution) notify() {
 
 // prepare writes the intent, then assembles everything the container needs.
 func (x *execution) prepare() error {
-	self, err := cgroup.PidStartTime(os.Getpid())
+	self, err := host.StartTime(os.Getpid())
 	if err != nil {
 		return fmt.Errorf("read own start time: %w", err)
 	}
@@ -293,7 +294,7 @@ func (x *execution) prepare() error {
 		return err
 	}
 	x.result.RenderDigest = digest
-	if err := writeFileAtomic(filepath.Join(x.dir, RenderFile), append(canonical, '\n'), 0o644); err != nil {
+	if err := host.WriteFileAtomic(filepath.Join(x.dir, RenderFile), append(canonical, '\n'), 0o644); err != nil {
 		return err
 	}
 
@@ -442,7 +443,7 @@ func (x *execution) create() error {
 		return fmt.Errorf("wait task: %w", err)
 	}
 	pid := int(x.task.Pid())
-	startTime, err := cgroup.PidStartTime(pid)
+	startTime, err := host.StartTime(pid)
 	if err != nil {
 		return fmt.Errorf("read init start time: %w", err)
 	}

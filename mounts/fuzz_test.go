@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"hookbox.dev/hookbox/internal/mountinfo"
 )
 
 // FuzzResolveArtifacts: any declared entry resolves without panicking to
@@ -77,20 +75,6 @@ func FuzzValidateDestination(f *testing.F) {
 			t.Fatalf("%q then %q: %v", other, dest, err)
 		}
 	})
-}
-
-func TestLastAt(t *testing.T) {
-	mounts := []mountinfo.Mount{
-		{ID: 36, MountPoint: "/mnt two", FSType: "ext3"},
-		{ID: 42, MountPoint: "/run/x", FSType: "tmpfs", SuperOptions: []string{"rw", "size=980k"}},
-		{ID: 43, MountPoint: "/run/x", FSType: "tmpfs", SuperOptions: []string{"rw", "size=4k"}},
-	}
-	if top := lastAt(mounts, "/run/x"); top == nil || top.ID != 43 {
-		t.Errorf("topmost mount at /run/x = %+v, want the later one", top)
-	}
-	if m := lastAt(mounts, "/run"); m != nil {
-		t.Errorf("lastAt(/run) = %+v, want nil", m)
-	}
 }
 
 func TestParseSize(t *testing.T) {

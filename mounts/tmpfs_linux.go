@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"hookbox.dev/hookbox/internal/mountinfo"
+	hostfacts "hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -101,7 +101,7 @@ func Create(path string, sizeBytes int64, uid, gid int) error {
 
 // differsFrom says how mount e differs from the tmpfs Create would make,
 // or "" when it is the same.
-func differsFrom(e *mountinfo.Mount, sizeBytes int64, uid, gid int) string {
+func differsFrom(e *hostfacts.Mount, sizeBytes int64, uid, gid int) string {
 	if e.FSType != "tmpfs" {
 		return "not a tmpfs"
 	}
@@ -377,13 +377,10 @@ func mountPath(p string) (string, error) {
 
 // mountAt returns the topmost mount at mountpoint p (already absolute and
 // resolved), or nil.
-func mountAt(p string) (*mountinfo.Mount, error) {
-	mounts, err := mountinfo.Read()
-	switch {
-	case errors.Is(err, mountinfo.ErrMalformed):
+func mountAt(p string) (*hostfacts.Mount, error) {
+	mounts, err := hostfacts.Mounts()
+	if err != nil {
 		return nil, err
-	case err != nil:
-		return nil, fmt.Errorf("reading mount table: %w", err)
 	}
-	return lastAt(mounts, p), nil
+	return hostfacts.TopmostAt(mounts, p), nil
 }

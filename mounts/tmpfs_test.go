@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"hookbox.dev/hookbox/internal/mountinfo"
+	hostfacts "hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/render"
 )
@@ -92,7 +92,7 @@ func TestCreateIsIdempotent(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(p, "out")); err != nil {
 		t.Errorf("second Create did not restore out: %v", err)
 	}
-	entries, err := mountinfo.Read()
+	entries, err := hostfacts.Mounts()
 	if err != nil {
 		t.Fatal(err)
 	}

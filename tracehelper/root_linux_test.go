@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"hookbox.dev/hookbox/ebpf"
-	"hookbox.dev/hookbox/internal/mountinfo"
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/internal/testenv"
 )
 
@@ -73,17 +73,14 @@ func unprivilegedWatch(sock, cgroupDir string) int {
 // (/sys/fs/cgroup on a v2 host, /sys/fs/cgroup/unified on a hybrid one).
 func cgroup2Mount(t *testing.T) string {
 	t.Helper()
-	mounts, err := mountinfo.Read()
+	cgs, err := host.HostCgroups()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range mounts {
-		if m.FSType == "cgroup2" && m.Root == "/" {
-			return m.MountPoint
-		}
+	if cgs.Unified == "" {
+		testenv.Missing(t, "no cgroup2 hierarchy mounted")
 	}
-	testenv.Missing(t, "no cgroup2 hierarchy mounted")
-	return ""
+	return cgs.Unified
 }
 
 // newTestCgroup makes a cgroup2 directory for the test and removes it at

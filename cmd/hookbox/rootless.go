@@ -9,13 +9,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"hookbox.dev/hookbox/internal/userns"
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/rootless"
 )
 
 // rootlessUser: this process is not root on the host (euid 0 inside a
 // user namespace is not root there), so runs use the rootless backend.
-func rootlessUser() bool { return !userns.RealRoot() }
+func rootlessUser() bool { return !host.RealRoot() }
 
 func newRootlessCommand() *cobra.Command {
 	cmd := &cobra.Command{

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/ebpf"
-	"hookbox.dev/hookbox/internal/userns"
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/tracehelper"
 )
 
@@ -34,7 +34,7 @@ tracer cannot load here, the helper keeps serving and refuses every watch
 with tracer-unavailable and the reason.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !userns.RealRoot() {
+			if !host.RealRoot() {
 				return usageError{errors.New("tracer serve must run as root: it loads BPF programs for other users (sudo hookbox tracer serve, or contrib/systemd/hookbox-tracer.service)")}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"hookbox.dev/hookbox/internal/userns"
+	"hookbox.dev/hookbox/internal/host"
 )
 
 // SystemFile is the machine-wide config file root reads first.
@@ -29,14 +29,14 @@ var ErrNoFile = errors.New("unusable hookbox config location")
 // Env is what the defaults depend on: the environment, and whether this
 // process is root on the host. Inside RootlessKit's user namespace euid is
 // 0 but the process is still the user, so Root comes from
-// userns.RealRoot, never from os.Geteuid.
+// host.RealRoot, never from os.Geteuid.
 type Env struct {
 	Getenv func(string) string
 	Root   bool
 }
 
 // HostEnv is this process's Env.
-func HostEnv() Env { return Env{Getenv: os.Getenv, Root: userns.RealRoot()} }
+func HostEnv() Env { return Env{Getenv: os.Getenv, Root: host.RealRoot()} }
 
 // StateDir is where run records live: /var/lib/hookbox for root, else
 // $XDG_STATE_HOME/hookbox, else ~/.local/state/hookbox; "" when no home

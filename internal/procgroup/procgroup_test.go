@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"hookbox.dev/hookbox/internal/host"
 )
 
 func gone(pid int) bool {
@@ -19,8 +21,8 @@ func gone(pid int) bool {
 	if err == syscall.ESRCH {
 		return true
 	}
-	data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	return strings.Contains(string(data), ") Z ")
+	st, err := host.ReadStat(pid)
+	return err == nil && st.Exited()
 }
 
 func TestTimeoutKillsTheWholeGroup(t *testing.T) {

@@ -1,7 +1,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"fmt"
 	"strconv"
 	"strings"
@@ -81,18 +80,6 @@ func wantedControllers(l Limits) []string {
 		out = append(out, "cpu")
 	}
 	return out
-}
-
-// UnifiedPath returns the cgroup2 path in /proc/<pid>/cgroup text: the
-// "0::<path>" line.
-func UnifiedPath(data string) (string, error) {
-	sc := bufio.NewScanner(strings.NewReader(data))
-	for sc.Scan() {
-		if p, ok := strings.CutPrefix(sc.Text(), "0::"); ok {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("no cgroup2 (0::) line in /proc/self/cgroup: %w", ErrNotSupported)
 }
 
 // DelegatedRoot returns the highest ancestor of cgroup path p (p included)

@@ -6,9 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"hookbox.dev/hookbox/internal/host"
 )
 
 // JobsDir is the directory, inside a delegated subtree, that holds one
@@ -31,13 +34,13 @@ type Delegation struct {
 // systemd's user@.service (Delegate=yes) or hookbox rootless setup makes
 // one. It fails with ErrNotSupported and a fix when there is none.
 func FindDelegation() (Delegation, error) {
-	data, err := os.ReadFile("/proc/self/cgroup")
+	member, err := host.ReadProcCgroup(0)
 	if err != nil {
 		return Delegation{}, err
 	}
-	self, err := UnifiedPath(string(data))
-	if err != nil {
-		return Delegation{}, err
+	self := member.Unified
+	if self == "" {
+		return Delegation{}, fmt.Errorf("no cgroup2 (0::) line in /proc/self/cgroup: %w", ErrNotSupported)
 	}
 	base, err := unifiedMount()
 	if err != nil {
@@ -63,18 +66,14 @@ func writable(p string) bool { return syscall.Access(p, 2 /* W_OK */) == nil }
 // unifiedMount is the directory where the whole cgroup2 hierarchy is
 // mounted.
 func unifiedMount() (string, error) {
-	hs, err := hostHierarchies()
+	cgs, err := host.HostCgroups()
 	if err != nil {
 		return "", err
 	}
-	for _, h := range hs {
-		if h.Unified {
-			if dir := h.dirFor("/"); dir != "" {
-				return dir, nil
-			}
-		}
+	if cgs.Unified == "" {
+		return "", fmt.Errorf("no cgroup2 hierarchy mounted: %w", ErrNotSupported)
 	}
-	return "", fmt.Errorf("no cgroup2 hierarchy mounted: %w", ErrNotSupported)
+	return cgs.Unified, nil
 }
 
 // UnifiedDir returns the cgroup2 directory of cgroup path p.
@@ -107,10 +106,10 @@ func (d Delegation) placeIn(base, name string, pid int, l Limits) (string, []str
 	// Controllers are enabled in jobs (which holds no process, as cgroup2
 	// requires); a missing one degrades its limit, it does not fail the run.
 	if want := wantedControllers(l); len(want) > 0 {
-		avail, _ := os.ReadFile(path.Join(jobs, "cgroup.controllers"))
+		avail, _ := host.ReadCgroupControllers(jobs)
 		var enable []string
 		for _, c := range want {
-			if strings.Contains(" "+strings.TrimSpace(string(avail))+" ", " "+c+" ") {
+			if slices.Contains(avail, c) {
 				enable = append(enable, "+"+c)
 			}
 		}

@@ -26,16 +26,6 @@ func TestLimitFiles(t *testing.T) {
 	}
 }
 
-func TestUnifiedPath(t *testing.T) {
-	p, err := UnifiedPath("12:pids:/user.slice\n1:name=systemd:/x\n0::/hookbox-rootless/1001/session\n")
-	if err != nil || p != "/hookbox-rootless/1001/session" {
-		t.Errorf("unifiedPath = %q, %v", p, err)
-	}
-	if _, err := UnifiedPath("4:memory:/\n"); err == nil {
-		t.Error("unifiedPath without a 0:: line: want an error")
-	}
-}
-
 func TestDelegatedRoot(t *testing.T) {
 	owned := map[string]bool{
 		"/user.slice/user-1000.slice/user@1000.service":                      true,

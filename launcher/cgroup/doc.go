@@ -9,11 +9,11 @@
 //
 // # Layouts
 //
-// Detect reads /proc/self/mountinfo; nothing about where a hierarchy lives
-// is assumed. On a Hybrid host (v1 controllers, cgroup2 at
-// /sys/fs/cgroup/unified) runc puts the init process into every v1
+// The layout comes from internal/host (the mount table); nothing about
+// where a hierarchy lives is assumed. On a hybrid host (v1 controllers,
+// cgroup2 at /sys/fs/cgroup/unified) runc puts the init process into every v1
 // hierarchy and into the cgroup2 hierarchy, so a run has one directory per
-// hierarchy: Run.Unified for cgroup2 and Run.V1 for the others. On a pure V2
+// hierarchy: Run.Unified for cgroup2 and Run.V1 for the others. On a pure v2
 // host there is only Run.Unified. Membership is the union over all of them:
 // a process that is in the run's cgroup in any hierarchy is a member.
 //
@@ -22,9 +22,8 @@
 // Run.ID is the cgroup id that bpf_get_current_cgroup_id() returns, the
 // inode number of the cgroup2 directory. A cgroup removed and created again
 // at the same path gets a new id, so comparing a live ID against the spawn
-// record (docs/contracts.md §1) tells a reused path from the original.
-// PidStartTime and ProcessAlive do the same for a pid: a pid is the same
-// process only while its start time (clock ticks since boot) is unchanged.
+// record (docs/contracts.md §1) tells a reused path from the original, as
+// host.StartTime and host.ProcessAlive do for a pid.
 //
 // # Teardown
 //

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/internal/testenv"
 )
 
@@ -46,20 +47,20 @@ func newTestCgroup(t *testing.T) *testCgroup {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		t.Fatalf("PR_SET_CHILD_SUBREAPER: %v", err)
 	}
-	hs, err := hostHierarchies()
+	cgs, err := host.HostCgroups()
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := randomHex(t)
 	c := &testCgroup{Path: testParent + "/" + id, Marker: "hookbox-cgtest-" + id, dirs: map[string]string{}}
 	t.Cleanup(func() { c.destroy(t) })
-	for _, h := range hs {
+	for _, h := range cgs.Hierarchies {
 		key := ""
 		if h.Unified {
 			key = "unified"
 		} else {
 			for _, ctl := range runcControllers {
-				if h.has(ctl) && c.dirs[ctl] == "" {
+				if h.Has(ctl) && c.dirs[ctl] == "" {
 					key = ctl
 					break
 				}
@@ -68,7 +69,7 @@ func newTestCgroup(t *testing.T) *testCgroup {
 		if key == "" {
 			continue
 		}
-		dir := h.dirFor(c.Path)
+		dir := h.DirFor(c.Path)
 		if dir == "" {
 			continue
 		}

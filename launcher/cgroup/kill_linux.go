@@ -6,11 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/internal/host"
 )
 
 const (
@@ -174,14 +175,14 @@ func (r *Run) signal(pid int, sig unix.Signal) (bool, error) {
 	// that process is not reaped, and once it is reaped the pidfd signal
 	// fails with ESRCH. So a membership read that the signal follows is
 	// about the process the signal reaches.
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	member, err := host.ReadProcCgroup(pid)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 			return false, nil
 		}
 		return false, fmt.Errorf("reading cgroups of pid %d: %w", pid, err)
 	}
-	if !procCgroupWithin(string(data), r.Path) {
+	if !member.Within(r.Path) {
 		return false, nil // the pid now belongs to someone else
 	}
 	if pidfd >= 0 {

@@ -8,51 +8,20 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"sync"
 	"syscall"
 
-	"hookbox.dev/hookbox/internal/mountinfo"
+	"hookbox.dev/hookbox/internal/host"
 )
-
-// hostHierarchies reads the cgroup hierarchies mounted in this mount namespace.
-func hostHierarchies() ([]hierarchy, error) {
-	mounts, err := mountinfo.Read()
-	if errors.Is(err, mountinfo.ErrMalformed) {
-		return nil, fmt.Errorf("reading cgroup mounts from %s: %w", mountinfo.Path, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading cgroup mounts: %w", err) // the error names the file
-	}
-	hs, err := hierarchies(mounts)
-	if err != nil {
-		return nil, fmt.Errorf("reading cgroup mounts from %s: %w", mountinfo.Path, err)
-	}
-	return hs, nil
-}
-
-// Detect returns the host's cgroup layout from /proc/self/mountinfo. With
-// no cgroup filesystem mounted it returns Unknown and ErrNotSupported.
-func Detect() (Layout, error) {
-	hs, err := hostHierarchies()
-	if err != nil {
-		return Unknown, err
-	}
-	l := classify(hs)
-	if l == Unknown {
-		return Unknown, fmt.Errorf("no cgroup or cgroup2 filesystem in %s: %w", mountinfo.Path, ErrNotSupported)
-	}
-	return l, nil
-}
 
 // Run is the host view of one run's cgroup, given the cgroupsPath the spec
 // used. Get one from Open. Its methods may be called concurrently; KillAll
 // calls on one Run are serialized (see KillAll).
 type Run struct {
-	Path    string   // the cgroupsPath, e.g. /hookbox/<run-id>
-	Layout  Layout   // the host's layout when the Run was opened
-	Unified string   // absolute cgroup2 directory of Path, "" if none
-	V1      []string // absolute directories of Path in each v1 hierarchy that has it
+	Path    string          // the cgroupsPath, e.g. /hookbox/<run-id>
+	Layout  host.CgroupMode // the host's layout when the Run was opened
+	Unified string          // absolute cgroup2 directory of Path, "" if none
+	V1      []string        // absolute directories of Path in each v1 hierarchy that has it
 
 	freezerV1 string // the V1 entry in the freezer hierarchy, if any
 	memoryV1  string // the V1 entry in the memory hierarchy, if any
@@ -67,13 +36,13 @@ func Open(cgroupsPath string) (*Run, error) {
 	if err := checkPath(cgroupsPath); err != nil {
 		return nil, err
 	}
-	hs, err := hostHierarchies()
+	cgs, err := host.HostCgroups()
 	if err != nil {
 		return nil, err
 	}
-	r := &Run{Path: cgroupsPath, Layout: classify(hs)}
-	for _, h := range hs {
-		dir := h.dirFor(cgroupsPath)
+	r := &Run{Path: cgroupsPath, Layout: cgs.Mode}
+	for _, h := range cgs.Hierarchies {
+		dir := h.DirFor(cgroupsPath)
 		if dir == "" {
 			continue
 		}
@@ -87,10 +56,10 @@ func Open(cgroupsPath string) (*Run, error) {
 			r.Unified = dir
 		default:
 			r.V1 = append(r.V1, dir)
-			if h.has("freezer") {
+			if h.Has("freezer") {
 				r.freezerV1 = dir
 			}
-			if h.has("memory") {
+			if h.Has("memory") {
 				r.memoryV1 = dir
 			}
 		}
@@ -284,42 +253,4 @@ func readKeyed(p string) (map[string]uint64, error) {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return m, nil
-}
-
-// PidStartTime returns when pid started, field 22 of /proc/<pid>/stat, in
-// clock ticks after boot. With the pid it identifies a process: a pid the
-// kernel reissues belongs to a process with a later start time.
-func PidStartTime(pid int) (uint64, error) {
-	st, err := readStat(pid)
-	if err != nil {
-		return 0, err
-	}
-	return st.StartTime, nil
-}
-
-func readStat(pid int) (procStat, error) {
-	if pid <= 0 {
-		return procStat{}, fmt.Errorf("pid %d: %w", pid, fs.ErrInvalid)
-	}
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	st, err := parseStat(string(data))
-	if err != nil {
-		return procStat{}, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	return st, nil
-}
-
-// ProcessAlive reports whether pid is the process recorded with startTime
-// and has not exited: the pid exists, its start time equals startTime, and
-// it is not a zombie (exited, not yet reaped). Two processes given the same
-// pid within one clock tick (10 ms at USER_HZ=100) are indistinguishable.
-func ProcessAlive(pid int, startTime uint64) bool {
-	st, err := readStat(pid)
-	if err != nil {
-		return false
-	}
-	return st.StartTime == startTime && st.State != 'Z' && st.State != 'X'
 }

@@ -15,46 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/internal/testenv"
 )
-
-// mountedFSType returns the filesystem type mounted at mountpoint p, read
-// from mountinfo independently of the package's parser.
-func mountedFSType(t *testing.T, p string) string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fstype := ""
-	for _, line := range strings.Split(string(data), "\n") {
-		before, after, ok := strings.Cut(line, " - ")
-		f := strings.Fields(before)
-		if !ok || len(f) < 5 || f[4] != p {
-			continue
-		}
-		fstype = strings.Fields(after)[0] // the last mount at p wins
-	}
-	return fstype
-}
-
-func TestDetectThisHost(t *testing.T) {
-	got, err := Detect()
-	var want Layout
-	switch {
-	case mountedFSType(t, "/sys/fs/cgroup") == "cgroup2":
-		want = V2
-	case mountedFSType(t, "/sys/fs/cgroup/unified") == "cgroup2":
-		want = Hybrid
-	case mountedFSType(t, "/sys/fs/cgroup/memory") == "cgroup":
-		want = V1
-	default:
-		t.Skipf("unrecognised host layout; Detect said %v, %v", got, err)
-	}
-	if err != nil || got != want {
-		t.Fatalf("Detect() = %v, %v; want %v", got, err, want)
-	}
-}
 
 // The scenario of a run's teardown: a tree with a daemonized grandchild
 // that ignores SIGTERM, a plain child and a process in a nested cgroup.
@@ -278,7 +241,7 @@ func TestIDIsCgroup2Inode(t *testing.T) {
 }
 
 func TestIDWithoutCgroup2(t *testing.T) {
-	r := &Run{Path: "/hookbox/x", Layout: V1, V1: []string{"/sys/fs/cgroup/pids/hookbox/x"}}
+	r := &Run{Path: "/hookbox/x", Layout: host.CgroupLegacy, V1: []string{"/sys/fs/cgroup/pids/hookbox/x"}}
 	if _, err := r.ID(); !errors.Is(err, ErrNotSupported) {
 		t.Fatalf("ID() without cgroup2: %v, want ErrNotSupported", err)
 	}
@@ -295,55 +258,6 @@ func TestOpenRefuses(t *testing.T) {
 	}
 	if ok, err := Exists("/hookbox-test/does-not-exist-" + randomHex(t)); ok || err != nil {
 		t.Errorf("Exists of a missing cgroup = %v, %v", ok, err)
-	}
-}
-
-func TestPidStartTime(t *testing.T) {
-	self, err := PidStartTime(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !ProcessAlive(os.Getpid(), self) {
-		t.Error("ProcessAlive(self) = false")
-	}
-	if ProcessAlive(os.Getpid(), self+1) {
-		t.Error("ProcessAlive(self, wrong start time) = true")
-	}
-
-	cmd := exec.Command("sleep", "0.05")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	start, err := PidStartTime(pid) // not reaped yet, so the pid is still the child's
-	if err != nil {
-		t.Fatal(err)
-	}
-	if start < self {
-		t.Errorf("child start time %d before ours %d", start, self)
-	}
-	if !ProcessAlive(pid, start) {
-		t.Error("ProcessAlive(running child) = false")
-	}
-	// Exited but not reaped: a zombie is not alive.
-	eventually(t, "the child exits", func() bool {
-		st, err := readStat(pid)
-		return err == nil && st.State == 'Z'
-	})
-	if ProcessAlive(pid, start) {
-		t.Error("ProcessAlive(zombie) = true")
-	}
-	cmd.Wait()
-	if ProcessAlive(pid, start) {
-		t.Error("ProcessAlive(reaped child) = true")
-	}
-	for _, bad := range []int{0, -1} {
-		if _, err := PidStartTime(bad); err == nil {
-			t.Errorf("PidStartTime(%d) succeeded", bad)
-		}
-		if ProcessAlive(bad, 0) {
-			t.Errorf("ProcessAlive(%d) = true", bad)
-		}
 	}
 }
 
@@ -405,7 +319,7 @@ func fileHasWord(p, word string) bool {
 }
 
 func TestMemoryEventsWithoutController(t *testing.T) {
-	r := &Run{Path: "/hookbox/x", Layout: V2, Unified: t.TempDir()}
+	r := &Run{Path: "/hookbox/x", Layout: host.CgroupUnified, Unified: t.TempDir()}
 	if _, err := r.OOMKilled(); !errors.Is(err, ErrNotSupported) {
 		t.Fatalf("OOMKilled() without a memory controller: %v, want ErrNotSupported", err)
 	}

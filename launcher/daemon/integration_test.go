@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/internal/testenv"
 )
 
@@ -267,20 +268,17 @@ func stopForCleanup(t *testing.T, m Managed) {
 // procIDs reads ppid, process group and session of pid from /proc.
 func procIDs(t *testing.T, pid int) (ppid, pgrp, sid int) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := host.ReadStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	atoi := func(s string) int { n, _ := strconv.Atoi(s); return n }
-	return atoi(f[1]), atoi(f[2]), atoi(f[3])
+	return st.PPID, st.PGRP, st.Session
 }
 
 func procState(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := host.ReadStat(pid)
 	if err != nil {
 		return ""
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return f[0]
+	return string(st.State)
 }

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"hookbox.dev/hookbox/internal/userns"
+	"hookbox.dev/hookbox/internal/host"
 )
 
 // DefaultStartTimeout bounds how long Start waits for a new daemon to answer.
@@ -175,7 +174,7 @@ func (m Managed) Start(ctx context.Context) error {
 	if err := m.validate(); err != nil {
 		return err
 	}
-	if !m.Rootless && !userns.RealRoot() {
+	if !m.Rootless && !host.RealRoot() {
 		return fmt.Errorf("%w (euid %d): run hookbox as root, or use the rootless backend (hookbox run --rootless)", ErrNeedsRoot, os.Geteuid())
 	}
 	bin, err := containerdBinary(m.Binary)
@@ -213,7 +212,7 @@ func (m Managed) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(m.Config, cfg, 0o600); err != nil {
+	if err := host.WriteFileAtomic(m.Config, cfg, 0o600); err != nil {
 		return fmt.Errorf("managed containerd: writing config: %w", err)
 	}
 	logf, offset, err := openLog(m.Log)
@@ -263,7 +262,7 @@ func (m Managed) Start(ctx context.Context) error {
 		m.removeRuntimeFiles()
 		return fmt.Errorf("%w (daemon: %s)%s", err, exitText(waitErr), logTail(m.Log, offset))
 	}
-	if err := writeFileAtomic(m.PIDFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+	if err := host.WriteFileAtomic(m.PIDFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 		return fail(fmt.Errorf("managed containerd: writing pid file: %w", err))
 	}
 	if err := m.waitAnswer(ctx, p); err != nil {
@@ -342,7 +341,7 @@ func (m Managed) Status(ctx context.Context) (Status, error) {
 	}
 	defer p.close()
 	st.Running, st.PID = true, p.pid
-	if t, err := processStartTime(p.pid); err == nil {
+	if t, err := host.StartedAt(p.pid); err == nil {
 		st.StartedAt = t
 		st.Uptime = time.Since(t).Round(time.Second)
 	}
@@ -531,26 +530,4 @@ func exitText(err error) string {
 		return "exit status 0"
 	}
 	return err.Error()
-}
-
-// writeFileAtomic writes data to path through a temporary file and rename,
-// so a reader sees the old or the new content, never a part.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, bytes.NewReader(data)); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,47 +84,6 @@ func processArgs(pid int) ([]string, error) {
 	return strings.Split(string(b), "\x00"), nil
 }
 
-// userHZ is the unit of /proc/<pid>/stat times; Linux fixes it at 100 for
-// user space on every architecture hookbox runs on.
-const userHZ = 100
-
-// processStartTime is when pid started: boot time (/proc/stat btime) plus
-// the starttime field of /proc/<pid>/stat.
-func processStartTime(pid int) (time.Time, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return time.Time{}, err
-	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: state is field 3, starttime field 22.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return time.Time{}, fmt.Errorf("/proc/%d/stat: no command field", pid)
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	if len(fields) < 20 {
-		return time.Time{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
-	}
-	ticks, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("/proc/%d/stat: starttime: %w", pid, err)
-	}
-	stat, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return time.Time{}, err
-	}
-	for _, line := range strings.Split(string(stat), "\n") {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
-			boot, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return time.Time{}, fmt.Errorf("/proc/stat: btime: %w", err)
-			}
-			return time.Unix(boot, 0).Add(time.Duration(ticks) * time.Second / userHZ), nil
-		}
-	}
-	return time.Time{}, errors.New("/proc/stat: no btime")
-}
-
 // socketPeerPID is the pid of the process listening on the unix socket at
 // path (SO_PEERCRED of a connection to it).
 func socketPeerPID(path string) (int, error) {
@@ -156,27 +116,13 @@ func detachAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: true}
 }
 
-// lockPath takes an exclusive flock on path (created if needed), polling
+// lockPath takes an exclusive flock on path (created if needed), retrying
 // until ctx is done, and returns the function that releases it.
 func lockPath(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
+	l := flock.New(path)
+	if _, err := l.TryLockContext(ctx, 25*time.Millisecond); err != nil {
+		l.Close()
 		return nil, err
 	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			f.Close()
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(25 * time.Millisecond):
-		}
-	}
+	return func() { _ = l.Close() }, nil
 }

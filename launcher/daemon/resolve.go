@@ -15,7 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 
 	"hookbox.dev/hookbox/internal/config"
-	"hookbox.dev/hookbox/internal/userns"
+	"hookbox.dev/hookbox/internal/host"
 )
 
 // SystemAddress is the system containerd's socket, the last address Resolve
@@ -120,7 +120,7 @@ func (o Options) Dirs() (stateDir, runtimeDir string) {
 // state that must not survive a reboot: /run/hookbox for root, else
 // $XDG_RUNTIME_DIR/hookbox. It is "" when neither applies.
 func DefaultRuntimeDir() string {
-	if userns.RealRoot() {
+	if host.RealRoot() {
 		return "/run/hookbox"
 	}
 	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {

@@ -29,7 +29,7 @@ import (
 	"syscall"
 	"time"
 
-	"hookbox.dev/hookbox/launcher/cgroup"
+	hostfacts "hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/daemon"
 )
 
@@ -189,8 +189,8 @@ func gatherRootlessDaemon(ctx context.Context, opts Options) rootlessDaemonFacts
 	f := rootlessDaemonFacts{Address: m.Address, Kind: "managed by hookbox"}
 	if st, err := m.Status(ctx); err == nil && st.Answering {
 		f.Version = st.Version
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", st.PID)); err == nil {
-			f.Cgroup, _ = cgroup.UnifiedPath(string(b))
+		if daemonCgroup, err := hostfacts.ReadProcCgroup(st.PID); err == nil {
+			f.Cgroup = daemonCgroup.Unified
 		}
 	}
 	return f
@@ -210,10 +210,13 @@ type host struct {
 // report runs the filesystem probes and assembles the report, given the
 // facts about containerd and runc gathered elsewhere.
 func (h host) report(cf containerdFacts, rc runcFacts) Report {
-	mounts, mountsErr := readMountinfo(h.path("/proc/self/mountinfo"))
+	mounts, mountsErr := hostfacts.ReadMounts(h.path("/proc/self/mountinfo"))
 	fss, fssErr := readFilesystems(h.path("/proc/filesystems"))
 
-	cg := cgroupsOf(mounts)
+	cg, cgErr := hostfacts.CgroupsOf(mounts)
+	if mountsErr == nil {
+		mountsErr = cgErr
+	}
 	cgCheck := cgroupLayoutCheck(cg, mountsErr)
 	ctrl, ctrlCheck := cgroupControllersCheck(h, cg)
 	overlay := overlayCheck(h, fss, fssErr)
@@ -227,7 +230,7 @@ func (h host) report(cf containerdFacts, rc runcFacts) Report {
 	subids := subIDsCheck(h)
 
 	rootless := rlk.Status == OK && uidmap.Status == OK && subids.Status == OK && userns
-	canTrace := bpf.Status == OK && btf.Status == OK && tracefsAt != "" && cg.v2Mount != ""
+	canTrace := bpf.Status == OK && btf.Status == OK && tracefsAt != "" && cg.Unified != ""
 	caps := Capabilities{
 		CanTrace:         canTrace,
 		CanEnforce:       canTrace && kernelAtLeast(h, 5, 3),
@@ -236,8 +239,8 @@ func (h host) report(cf containerdFacts, rc runcFacts) Report {
 		Tmpfs:            tmpfs.Status == OK && (h.euid == 0 || rootless),
 		CgroupLimits:     ctrl,
 		Rootless:         rootless,
-		CgroupLayout:     cg.layout,
-		Cgroup2Mount:     cg.v2Mount,
+		CgroupLayout:     layoutName(cg.Mode),
+		Cgroup2Mount:     cg.Unified,
 		TracefsMount:     tracefsAt,
 	}
 	return Report{

@@ -5,16 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	hostfacts "hookbox.dev/hookbox/internal/host"
+	"hookbox.dev/hookbox/internal/host/hosttest"
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher/daemon"
 )
@@ -70,7 +72,7 @@ func TestGatherRunc(t *testing.T) {
 // tracefs mounted and rootless prerequisites in place.
 func TestReportFromFixture(t *testing.T) {
 	root := fixture(t, map[string]string{
-		"proc/self/mountinfo":                       mountinfoHybrid + "50 23 0:12 / /sys/kernel/tracing rw - tracefs tracefs rw\n",
+		"proc/self/mountinfo":                       hosttest.MountinfoHybrid + "50 23 0:12 / /sys/kernel/tracing rw - tracefs tracefs rw\n",
 		"proc/filesystems":                          filesystemsFull,
 		"proc/self/status":                          "CapEff:\t000001fffeffffff\n",
 		"proc/self/ns/net":                          "",
@@ -121,7 +123,7 @@ func TestReportFromFixture(t *testing.T) {
 	}
 
 	// Without tracefs: no tracing, no enforcement; the rest unchanged.
-	if err := os.WriteFile(root+"/proc/self/mountinfo", []byte(mountinfoHybrid), 0o644); err != nil {
+	if err := os.WriteFile(root+"/proc/self/mountinfo", []byte(hosttest.MountinfoHybrid), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r = h.report(cf, rc)
@@ -140,21 +142,34 @@ func TestReportFromFixture(t *testing.T) {
 	}
 }
 
-// TestRealHost asserts what this machine kind (Debian 12 VM, containerd
-// 1.6.20 and runc 1.1.5 from apt, kernel with BTF, root) must answer.
+// TestRealHost runs the real probes as root on whatever host this is and
+// checks them against what the host independently shows: the containerd
+// check against which daemon answers (a system one, the managed one that
+// `make demo` leaves running, or none yet), the cgroup checks against the
+// one layout detector.
 func TestRealHost(t *testing.T) {
 	testenv.Require(t, testenv.Root, testenv.Containerd, testenv.Runc)
-	r := Run(context.Background(), Options{})
+	ctx := context.Background()
+	r := Run(ctx, Options{})
 	out, _ := json.MarshalIndent(r, "", "  ")
 	t.Logf("report:\n%s", out)
 	byName := map[string]Check{}
 	for _, c := range r.Checks {
 		byName[c.Name] = c
+		switch {
+		case c.Status != OK && c.Status != Warn && c.Status != Fail:
+			t.Errorf("%s: status %q", c.Name, c.Status)
+		case c.Status != OK && c.Fix == "":
+			t.Errorf("%s is %s without a fix", c.Name, c.Status)
+		}
 	}
-	containerd := byName[CheckContainerd]
-	if containerd.Status != OK || !strings.Contains(containerd.Detail, "binary /") {
-		t.Errorf("containerd: %+v (want ok, binary present)", containerd)
+	for _, name := range []string{CheckContainerd, CheckRunc, CheckCgroupLayout, CheckCgroupControllers, CheckOverlayfs, CheckTmpfs, CheckTracefs, CheckBTF, CheckBPF, CheckUserNamespaces, CheckRootlesskit, CheckUIDMap, CheckSubIDs} {
+		if _, ok := byName[name]; !ok {
+			t.Errorf("no %s check in the report", name)
+		}
 	}
+
+	checkIs(t, byName[CheckContainerd], CheckContainerd, OK, answeringContainerd(ctx, t), "")
 	checkIs(t, byName[CheckRunc], CheckRunc, OK, "runc 1.", "")
 	checkIs(t, byName[CheckOverlayfs], CheckOverlayfs, OK, "", "")
 	checkIs(t, byName[CheckTmpfs], CheckTmpfs, OK, "", "")
@@ -162,23 +177,44 @@ func TestRealHost(t *testing.T) {
 	checkIs(t, byName[CheckBPF], CheckBPF, OK, "euid 0 with CAP_SYS_ADMIN", "")
 	checkIs(t, byName[CheckUserNamespaces], CheckUserNamespaces, OK, "(root)", "")
 
-	// The layout agrees with an independent reading (statfs magic numbers,
-	// not mountinfo), and on this machine kind that is hybrid.
-	layout := layoutByStatfs(t)
-	if layout != "hybrid" {
-		t.Errorf("statfs says the cgroup layout is %q; this machine kind is hybrid", layout)
+	cg, err := hostfacts.HostCgroups()
+	if err != nil {
+		t.Fatal(err)
 	}
-	checkIs(t, byName[CheckCgroupLayout], CheckCgroupLayout, OK, "hybrid: cgroup v1 controllers", "")
-	if r.Capabilities.CgroupLayout != layout || r.Capabilities.Cgroup2Mount != "/sys/fs/cgroup/unified" {
-		t.Errorf("capabilities layout %q at %q; statfs says %q", r.Capabilities.CgroupLayout, r.Capabilities.Cgroup2Mount, layout)
+	if r.Capabilities.CgroupLayout != layoutName(cg.Mode) || r.Capabilities.Cgroup2Mount != cg.Unified {
+		t.Errorf("capabilities: layout %q at %q; the detector says %v at %q", r.Capabilities.CgroupLayout, r.Capabilities.Cgroup2Mount, cg.Mode, cg.Unified)
+	}
+	layout := byName[CheckCgroupLayout]
+	switch cg.Mode {
+	case hostfacts.CgroupUnified:
+		checkIs(t, layout, CheckCgroupLayout, OK, "v2 (unified) at "+cg.Unified, "")
+	case hostfacts.CgroupHybrid:
+		checkIs(t, layout, CheckCgroupLayout, OK, "hybrid: cgroup v1 controllers ("+strings.Join(v1Names(cg), ", ")+") + cgroup2 at "+cg.Unified, "")
+	case hostfacts.CgroupLegacy:
+		checkIs(t, layout, CheckCgroupLayout, Warn, "v1 only", "systemd.unified_cgroup_hierarchy=1")
+	default:
+		checkIs(t, layout, CheckCgroupLayout, Fail, "no cgroup filesystem", "mount -t cgroup2")
+	}
+	// Root's limits need cpu, memory and pids where runc applies them: in
+	// the v1 hierarchies, else at the cgroup2 root.
+	controllers := slices.Collect(maps.Keys(cg.V1Controllers()))
+	if cg.Mode == hostfacts.CgroupUnified {
+		controllers, _ = hostfacts.ReadCgroupControllers(cg.Unified)
+	}
+	limits := cg.Mode != hostfacts.CgroupUnavailable
+	for _, c := range limitControllers {
+		limits = limits && slices.Contains(controllers, c)
+	}
+	if ctrl := byName[CheckCgroupControllers]; (ctrl.Status == OK) != limits || r.Capabilities.CgroupLimits != limits {
+		t.Errorf("controllers %q on a %v host: check %+v, cgroup_limits %v", controllers, cg.Mode, ctrl, r.Capabilities.CgroupLimits)
 	}
 
 	// tracefs may or may not be mounted; CanTrace follows it exactly.
 	tr := byName[CheckTracefs]
 	switch tr.Status {
 	case OK:
-		if !r.Capabilities.CanTrace || !r.Capabilities.CanEnforce {
-			t.Errorf("tracefs mounted but %+v", r.Capabilities)
+		if r.Capabilities.CanTrace != (cg.Unified != "") {
+			t.Errorf("tracefs mounted, cgroup2 at %q, but %+v", cg.Unified, r.Capabilities)
 		}
 	case Warn:
 		if tr.Fix != "mount -t tracefs tracefs /sys/kernel/tracing" || r.Capabilities.CanTrace {
@@ -187,35 +223,29 @@ func TestRealHost(t *testing.T) {
 	default:
 		t.Errorf("tracefs: %+v", tr)
 	}
-	if !r.Capabilities.NetworkIsolation || !r.Capabilities.Tmpfs || !r.Capabilities.CgroupLimits || !r.Capabilities.UserNamespaces {
+	if !r.Capabilities.NetworkIsolation || !r.Capabilities.Tmpfs || !r.Capabilities.UserNamespaces {
 		t.Errorf("root on this host: %+v", r.Capabilities)
-	}
-	for _, c := range r.Checks {
-		if c.Status != OK && c.Fix == "" {
-			t.Errorf("%s is %s without a fix", c.Name, c.Status)
-		}
 	}
 }
 
-// layoutByStatfs derives the cgroup layout from filesystem magic numbers.
-func layoutByStatfs(t *testing.T) string {
+// answeringContainerd is what the containerd check must say on this host,
+// found by asking the daemons directly: the system (or configured) address
+// if it answers, else the managed daemon if it runs, else that hookbox run
+// will start one.
+func answeringContainerd(ctx context.Context, t *testing.T) string {
 	t.Helper()
-	magic := func(p string) int64 {
-		var st unix.Statfs_t
-		if err := unix.Statfs(p, &st); err != nil {
-			return 0
-		}
-		return int64(st.Type)
+	addr, _, err := daemon.SelectAddress("")
+	if err != nil {
+		t.Fatal(err)
 	}
-	switch {
-	case magic("/sys/fs/cgroup") == unix.CGROUP2_SUPER_MAGIC:
-		return "v2"
-	case magic("/sys/fs/cgroup/unified") == unix.CGROUP2_SUPER_MAGIC:
-		return "hybrid"
-	case magic("/sys/fs/cgroup") == unix.TMPFS_MAGIC:
-		return "v1"
+	if v, err := daemon.Ping(ctx, addr, daemon.DefaultPingTimeout); err == nil {
+		return fmt.Sprintf("containerd %s answers at %s", v.Version, addr)
 	}
-	return ""
+	m := daemon.ManagedPaths(daemon.Options{}.Dirs())
+	if st, err := m.Status(ctx); err == nil && st.Answering {
+		return fmt.Sprintf("managed containerd %s answers at %s (pid %d)", st.Version, m.Address, st.PID)
+	}
+	return "hookbox run will start a managed containerd (binary /"
 }
 
 func TestRootlessChecks(t *testing.T) {

@@ -5,14 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
-	"hookbox.dev/hookbox/internal/mountinfo"
+	hostfacts "hookbox.dev/hookbox/internal/host"
 )
 
 // Each probe reads files under host.root (a fixture in tests) and returns
@@ -24,27 +25,6 @@ func (h host) path(p string) string { return filepath.Join(h.root, p) }
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
-}
-
-// readMountinfo reads a mountinfo file (proc(5)), skipping lines it
-// cannot parse: a probe reports what it can read rather than failing.
-func readMountinfo(path string) ([]mountinfo.Mount, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return parseMountinfo(string(b)), nil
-}
-
-// parseMountinfo parses mountinfo text, skipping lines it cannot read.
-func parseMountinfo(text string) []mountinfo.Mount {
-	var mounts []mountinfo.Mount
-	for _, line := range strings.Split(text, "\n") {
-		if m, err := mountinfo.ParseLine(line); err == nil {
-			mounts = append(mounts, m)
-		}
-	}
-	return mounts
 }
 
 // readFilesystems is the set of filesystem types in /proc/filesystems.
@@ -62,82 +42,32 @@ func readFilesystems(path string) (map[string]bool, error) {
 	return fss, nil
 }
 
-// cgroups is the host's cgroup layout as mountinfo shows it.
-type cgroups struct {
-	layout  string            // "v1", "hybrid", "v2", "" (none)
-	v2Mount string            // cgroup2 mount point, "" if none
-	v1      map[string]string // v1 controller → mount point
+// layoutName is a cgroup mode as the report names it: v1, hybrid, v2, or
+// "" when there is no cgroup filesystem.
+func layoutName(m hostfacts.CgroupMode) string {
+	if m == hostfacts.CgroupUnavailable {
+		return ""
+	}
+	return m.String()
 }
 
-// v1Controllers are the cgroup v1 controller names (a v1 mount's super
-// options name the controllers bound to it, among other options).
-var v1Controllers = map[string]bool{
-	"blkio": true, "cpu": true, "cpuacct": true, "cpuset": true, "devices": true,
-	"freezer": true, "hugetlb": true, "memory": true, "misc": true, "net_cls": true,
-	"net_prio": true, "perf_event": true, "pids": true, "rdma": true,
+// v1Names are the v1 controllers mounted, sorted.
+func v1Names(cg hostfacts.Cgroups) []string {
+	return slices.Sorted(maps.Keys(cg.V1Controllers()))
 }
 
-func cgroupsOf(mounts []mountinfo.Mount) cgroups {
-	cg := cgroups{v1: map[string]string{}}
-	hasV1 := false
-	var v2 []string
-	for _, m := range mounts {
-		switch m.FSType {
-		case "cgroup":
-			hasV1 = true
-			for _, o := range m.SuperOptions {
-				if v1Controllers[o] {
-					cg.v1[o] = m.MountPoint
-				}
-			}
-		case "cgroup2":
-			v2 = append(v2, m.MountPoint)
-		}
-	}
-	// A host may show several cgroup2 mounts (bind mounts, containers):
-	// the conventional places win, else the first.
-	for _, want := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		for _, p := range v2 {
-			if p == want && cg.v2Mount == "" {
-				cg.v2Mount = p
-			}
-		}
-	}
-	if cg.v2Mount == "" && len(v2) > 0 {
-		cg.v2Mount = v2[0]
-	}
-	switch {
-	case hasV1 && cg.v2Mount != "":
-		cg.layout = "hybrid"
-	case hasV1:
-		cg.layout = "v1"
-	case cg.v2Mount != "":
-		cg.layout = "v2"
-	}
-	return cg
-}
-
-func (cg cgroups) v1Names() []string {
-	var names []string
-	for n := range cg.v1 {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-func cgroupLayoutCheck(cg cgroups, mountsErr error) Check {
+func cgroupLayoutCheck(cg hostfacts.Cgroups, mountsErr error) Check {
 	c := Check{Name: CheckCgroupLayout}
 	switch {
 	case mountsErr != nil:
 		c.Status, c.Detail, c.Fix = Fail, fmt.Sprintf("cannot read mountinfo: %v", mountsErr), "mount procfs: mount -t proc proc /proc"
-	case cg.layout == "v2":
-		c.Status, c.Detail = OK, "v2 (unified) at "+cg.v2Mount
-	case cg.layout == "hybrid":
-		c.Status, c.Detail = OK, fmt.Sprintf("hybrid: cgroup v1 controllers (%s) + cgroup2 at %s", strings.Join(cg.v1Names(), ", "), cg.v2Mount)
-	case cg.layout == "v1":
+	case cg.Mode == hostfacts.CgroupUnified:
+		c.Status, c.Detail = OK, "v2 (unified) at "+cg.Unified
+	case cg.Mode == hostfacts.CgroupHybrid:
+		c.Status, c.Detail = OK, fmt.Sprintf("hybrid: cgroup v1 controllers (%s) + cgroup2 at %s", strings.Join(v1Names(cg), ", "), cg.Unified)
+	case cg.Mode == hostfacts.CgroupLegacy:
 		c.Status = Warn
-		c.Detail = fmt.Sprintf("v1 only (%s): no cgroup2 hierarchy, so the exec tracer cannot scope events to a container", strings.Join(cg.v1Names(), ", "))
+		c.Detail = fmt.Sprintf("v1 only (%s): no cgroup2 hierarchy, so the exec tracer cannot scope events to a container", strings.Join(v1Names(cg), ", "))
 		c.Fix = "boot with systemd.unified_cgroup_hierarchy=1, or mount cgroup2: mount -t cgroup2 none /sys/fs/cgroup/unified"
 	default:
 		c.Status, c.Detail, c.Fix = Fail, "no cgroup filesystem is mounted", "mount cgroup2: mount -t cgroup2 none /sys/fs/cgroup"
@@ -163,26 +93,26 @@ func missingLimitControllers(have map[string]bool) []string {
 // user use them? On v1 and hybrid hosts runc applies limits through the v1
 // controllers; on v2 through the cgroup2 tree. Without root, limits need a
 // delegated cgroup2 subtree (v1 controllers are never delegated).
-func cgroupControllersCheck(h host, cg cgroups) (bool, Check) {
+func cgroupControllersCheck(h host, cg hostfacts.Cgroups) (bool, Check) {
 	c := Check{Name: CheckCgroupControllers}
 	var have map[string]bool
 	where := ""
-	switch cg.layout {
-	case "":
+	switch cg.Mode {
+	case hostfacts.CgroupUnavailable:
 		c.Status, c.Detail, c.Fix = Fail, "no cgroup hierarchy: no limits can be set", "mount cgroup2: mount -t cgroup2 none /sys/fs/cgroup"
 		return false, c
-	case "v1", "hybrid":
+	case hostfacts.CgroupLegacy, hostfacts.CgroupHybrid:
 		have = map[string]bool{}
-		for n := range cg.v1 {
+		for n := range cg.V1Controllers() {
 			have[n] = true
 		}
 		where = "cgroup v1"
-	case "v2":
-		dir := cg.v2Mount
+	case hostfacts.CgroupUnified:
+		dir := cg.Unified
 		if h.euid != 0 {
-			dir = ownCgroupDir(h, cg.v2Mount)
+			dir = ownCgroupDir(h, cg.Unified)
 		}
-		have = readControllers(h.path(filepath.Join(dir, "cgroup.controllers")))
+		have = readControllers(h.path(dir))
 		where = filepath.Join(dir, "cgroup.controllers")
 	}
 	if missing := missingLimitControllers(have); len(missing) > 0 {
@@ -192,13 +122,13 @@ func cgroupControllersCheck(h host, cg cgroups) (bool, Check) {
 		return false, c
 	}
 	if h.euid != 0 {
-		if cg.layout != "v2" {
+		if cg.Mode != hostfacts.CgroupUnified {
 			c.Status = Warn
-			c.Detail = fmt.Sprintf("euid %d on a %s host: v1 controllers are not delegated, so containers run without limits", h.euid, cg.layout)
+			c.Detail = fmt.Sprintf("euid %d on a %s host: v1 controllers are not delegated, so containers run without limits", h.euid, cg.Mode)
 			c.Fix = "run hookbox as root, or use a cgroup v2 host with a delegated subtree"
 			return false, c
 		}
-		dir := ownCgroupDir(h, cg.v2Mount)
+		dir := ownCgroupDir(h, cg.Unified)
 		if fi, err := os.Stat(h.path(dir)); err != nil || !ownedBy(fi, h.euid) {
 			c.Status = Warn
 			c.Detail = fmt.Sprintf("euid %d does not own its cgroup %s: no delegated subtree, so containers run without limits", h.euid, dir)
@@ -219,21 +149,19 @@ func ownCgroupDir(h host, v2Mount string) string {
 	if err != nil {
 		return v2Mount
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			return filepath.Join(v2Mount, p)
-		}
+	self, err := hostfacts.ParseProcCgroup(string(b))
+	if err != nil || self.Unified == "" {
+		return v2Mount
 	}
-	return v2Mount
+	return filepath.Join(v2Mount, self.Unified)
 }
 
-func readControllers(path string) map[string]bool {
+// readControllers is the set of controllers cgroup2 directory dir offers;
+// empty when it cannot be read.
+func readControllers(dir string) map[string]bool {
 	have := map[string]bool{}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return have
-	}
-	for _, n := range strings.Fields(string(b)) {
+	names, _ := hostfacts.ReadCgroupControllers(dir)
+	for _, n := range names {
 		have[n] = true
 	}
 	return have
@@ -288,19 +216,12 @@ func tmpfsCheck(fss map[string]bool, fssErr error) Check {
 	return c
 }
 
-// tracefsPlaces are where BPF libraries look for tracefs, in order.
-var tracefsPlaces = []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}
-
 // tracefsCheck returns where tracefs is mounted ("" if nowhere usable).
-func tracefsCheck(mounts []mountinfo.Mount, fss map[string]bool, fssErr error) (string, Check) {
+func tracefsCheck(mounts []hostfacts.Mount, fss map[string]bool, fssErr error) (string, Check) {
 	c := Check{Name: CheckTracefs}
-	for _, want := range tracefsPlaces {
-		for _, m := range mounts {
-			if m.FSType == "tracefs" && m.MountPoint == want {
-				c.Status, c.Detail = OK, "tracefs at "+want
-				return want, c
-			}
-		}
+	if at := hostfacts.TracefsMount(mounts); at != "" {
+		c.Status, c.Detail = OK, "tracefs at "+at
+		return at, c
 	}
 	switch {
 	case fssErr == nil && !fss["tracefs"]:

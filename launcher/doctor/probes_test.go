@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"hookbox.dev/hookbox/internal/mountinfo"
+	hostfacts "hookbox.dev/hookbox/internal/host"
+	"hookbox.dev/hookbox/internal/host/hosttest"
 )
 
 // fixture lays files out under a temp dir, as they would be under /.
@@ -26,29 +27,8 @@ func fixture(t *testing.T, files map[string]string) string {
 	return root
 }
 
-// Mountinfo excerpts: this machine's kind (Debian 12 VM, hybrid), a
-// systemd host on pure v2, and a legacy v1 host.
 const (
-	mountinfoHybrid = `22 27 0:21 / /proc rw,relatime - proc proc rw
-23 27 0:22 / /sys rw,relatime - sysfs sysfs rw
-27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard
-31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
-32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
-33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
-34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
-35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
-36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices
-37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
-38 31 0:35 / /sys/fs/cgroup/blkio rw,relatime - cgroup cgroup rw,blkio
-39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
-40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
-41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-`
-	mountinfoV2 = `22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw
-23 1 0:22 / /sys rw,nosuid,nodev,noexec,relatime shared:2 - sysfs sysfs rw
-30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
-31 23 0:12 / /sys/kernel/tracing rw,nosuid,nodev,noexec,relatime shared:18 - tracefs tracefs rw
-`
+	// A legacy v1 host (hosttest has the hybrid and v2 kinds).
 	mountinfoV1 = `22 1 0:21 / /proc rw - proc proc rw
 25 23 0:23 / /sys/fs/cgroup ro - tmpfs tmpfs ro,mode=755
 26 25 0:24 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
@@ -66,43 +46,35 @@ func TestCgroupLayout(t *testing.T) {
 		detailHas, fixHas  string
 		wantControllersLen int
 	}{
-		{"hybrid", mountinfoHybrid, "hybrid", "/sys/fs/cgroup/unified", OK,
+		{"hybrid", hosttest.MountinfoHybrid, "hybrid", "/sys/fs/cgroup/unified", OK,
 			"hybrid: cgroup v1 controllers (blkio, cpu, cpuacct, cpuset, devices, freezer, memory, pids) + cgroup2 at /sys/fs/cgroup/unified", "", 8},
-		{"v2", mountinfoV2, "v2", "/sys/fs/cgroup", OK, "v2 (unified) at /sys/fs/cgroup", "", 0},
+		{"v2", hosttest.MountinfoV2, "v2", "/sys/fs/cgroup", OK, "v2 (unified) at /sys/fs/cgroup", "", 0},
 		{"v1", mountinfoV1, "v1", "", Warn, "v1 only (cpu, cpuacct, memory, pids)", "systemd.unified_cgroup_hierarchy=1", 4},
 		{"none", "22 1 0:21 / /proc rw - proc proc rw\n", "", "", Fail, "no cgroup filesystem", "mount -t cgroup2", 0},
-		{"cgroup2 elsewhere too", "1 1 0:1 / /run/x rw - cgroup2 none rw\n" + mountinfoV2, "v2", "/sys/fs/cgroup", OK, "", "", 0},
+		{"cgroup2 elsewhere too", "1 1 0:1 / /run/x rw - cgroup2 none rw\n" + hosttest.MountinfoV2, "v2", "/sys/fs/cgroup", OK, "", "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := fixture(t, map[string]string{"proc/self/mountinfo": tt.mountinfo})
-			mounts, err := readMountinfo(filepath.Join(root, "proc/self/mountinfo"))
+			mounts, err := hostfacts.ReadMounts(filepath.Join(root, "proc/self/mountinfo"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			cg := cgroupsOf(mounts)
-			if cg.layout != tt.layout || cg.v2Mount != tt.v2Mount || len(cg.v1) != tt.wantControllersLen {
-				t.Errorf("cgroups = %+v", cg)
+			cg, err := hostfacts.CgroupsOf(mounts)
+			if err != nil || layoutName(cg.Mode) != tt.layout || cg.Unified != tt.v2Mount || len(cg.V1Controllers()) != tt.wantControllersLen {
+				t.Errorf("cgroups = %+v, %v", cg, err)
 			}
 			checkIs(t, cgroupLayoutCheck(cg, nil), CheckCgroupLayout, tt.status, tt.detailHas, tt.fixHas)
 		})
 	}
-	c := cgroupLayoutCheck(cgroups{}, errors.New("boom"))
+	c := cgroupLayoutCheck(hostfacts.Cgroups{}, errors.New("boom"))
 	checkIs(t, c, CheckCgroupLayout, Fail, "cannot read mountinfo: boom", "mount -t proc")
 }
 
-func TestMountinfoUnescape(t *testing.T) {
-	root := fixture(t, map[string]string{"mi": `1 1 0:1 / /mnt/with\040space\134x rw - tracefs tracefs rw` + "\n"})
-	mounts, err := readMountinfo(filepath.Join(root, "mi"))
-	if err != nil || len(mounts) != 1 || mounts[0].MountPoint != `/mnt/with space\x` || mounts[0].FSType != "tracefs" {
-		t.Fatalf("mounts = %+v, %v", mounts, err)
-	}
-}
-
 func TestCgroupControllers(t *testing.T) {
-	hybrid := cgroupsOf(mustMounts(t, mountinfoHybrid))
-	v2 := cgroupsOf(mustMounts(t, mountinfoV2))
-	v1NoPids := cgroupsOf(mustMounts(t, strings.ReplaceAll(mountinfoV1, "rw,pids", "rw,net_cls")))
+	hybrid := mustCgroups(t, hosttest.MountinfoHybrid)
+	v2 := mustCgroups(t, hosttest.MountinfoV2)
+	v1NoPids := mustCgroups(t, strings.ReplaceAll(mountinfoV1, "rw,pids", "rw,net_cls"))
 
 	t.Run("hybrid as root", func(t *testing.T) {
 		ok, c := cgroupControllersCheck(host{root: t.TempDir()}, hybrid)
@@ -165,7 +137,7 @@ func TestCgroupControllers(t *testing.T) {
 		}
 	})
 	t.Run("no cgroups", func(t *testing.T) {
-		_, c := cgroupControllersCheck(host{root: t.TempDir()}, cgroups{})
+		_, c := cgroupControllersCheck(host{root: t.TempDir()}, hostfacts.Cgroups{})
 		checkIs(t, c, CheckCgroupControllers, Fail, "no cgroup hierarchy", "")
 	})
 }
@@ -190,7 +162,7 @@ func TestOverlayAndTmpfs(t *testing.T) {
 
 func TestTracefs(t *testing.T) {
 	full := fsTypes(t, filesystemsFull)
-	at, c := tracefsCheck(mustMounts(t, mountinfoV2), full, nil)
+	at, c := tracefsCheck(mustMounts(t, hosttest.MountinfoV2), full, nil)
 	checkIs(t, c, CheckTracefs, OK, "tracefs at /sys/kernel/tracing", "")
 	if at != "/sys/kernel/tracing" {
 		t.Errorf("mount = %q", at)
@@ -199,16 +171,20 @@ func TestTracefs(t *testing.T) {
 	if at, c := tracefsCheck(mustMounts(t, debug), full, nil); at != "/sys/kernel/debug/tracing" || c.Status != OK {
 		t.Errorf("debugfs tracing: %q %+v", at, c)
 	}
-	at, c = tracefsCheck(mustMounts(t, mountinfoHybrid), full, nil)
+	at, c = tracefsCheck(mustMounts(t, hosttest.MountinfoHybrid), full, nil)
 	checkIs(t, c, CheckTracefs, Warn, "tracefs is not mounted", "")
 	if at != "" || c.Fix != "mount -t tracefs tracefs /sys/kernel/tracing" {
 		t.Errorf("unmounted: %q, fix %q", at, c.Fix)
 	}
 	_, c = tracefsCheck(nil, fsTypes(t, "nodev\tproc\n"), nil)
 	checkIs(t, c, CheckTracefs, Warn, "no tracefs", "CONFIG_FTRACE")
-	// Elsewhere than the two usual places does not count.
-	if at, _ := tracefsCheck(mustMounts(t, "1 1 0:12 / /mnt/t rw - tracefs tracefs rw\n"), full, nil); at != "" {
-		t.Errorf("tracefs at /mnt/t accepted: %q", at)
+	// Elsewhere than the two usual places counts, as it does for the
+	// tracer (cilium/ebpf finds tracefs in mountinfo); a subtree does not.
+	if at, _ := tracefsCheck(mustMounts(t, "1 1 0:12 / /mnt/t rw - tracefs tracefs rw\n"), full, nil); at != "/mnt/t" {
+		t.Errorf("tracefs at /mnt/t: %q", at)
+	}
+	if at, _ := tracefsCheck(mustMounts(t, "1 1 0:12 /instances/x /mnt/t rw - tracefs tracefs rw\n"), full, nil); at != "" {
+		t.Errorf("a tracefs subtree accepted: %q", at)
 	}
 }
 
@@ -319,14 +295,22 @@ func TestKernelAtLeast(t *testing.T) {
 	}
 }
 
-func mustMounts(t *testing.T, text string) []mountinfo.Mount {
+func mustMounts(t *testing.T, mountinfo string) []hostfacts.Mount {
 	t.Helper()
-	root := fixture(t, map[string]string{"mountinfo": text})
-	m, err := readMountinfo(filepath.Join(root, "mountinfo"))
+	mounts, err := hostfacts.ParseMounts(strings.NewReader(mountinfo))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return mounts
+}
+
+func mustCgroups(t *testing.T, mountinfo string) hostfacts.Cgroups {
+	t.Helper()
+	cg, err := hostfacts.CgroupsOf(mustMounts(t, mountinfo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cg
 }
 
 func fsTypes(t *testing.T, content string) map[string]bool {

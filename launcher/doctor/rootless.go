@@ -76,7 +76,7 @@ func gatherDelegation(h host, v2Mount string) delegationFacts {
 		return err == nil && ownedBy(fi, h.euid)
 	})
 	if f.Root != "" {
-		for n := range readControllers(h.path(filepath.Join(v2Mount, f.Root, "cgroup.controllers"))) {
+		for n := range readControllers(h.path(filepath.Join(v2Mount, f.Root))) {
 			f.Controllers = append(f.Controllers, n)
 		}
 	}

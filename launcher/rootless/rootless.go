@@ -20,7 +20,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"hookbox.dev/hookbox/internal/userns"
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/daemon"
 )
 
@@ -48,7 +48,7 @@ type Context struct {
 // re-executed inside RootlessKit's namespaces.
 func Inner() (*Context, bool) {
 	v := os.Getenv(EnvContext)
-	if v == "" || userns.Initial() {
+	if v == "" || host.InitialUserNS() {
 		return nil, false
 	}
 	var c Context

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/cgroup"
 )
 
@@ -105,25 +106,23 @@ func Prepare(username string) (*Setup, error) {
 			}
 		}
 	}
-	if ctrl, _ := os.ReadFile(mustUnified(path.Join(s.Subtree, cgroup.JobsDir), "cgroup.controllers")); strings.TrimSpace(string(ctrl)) == "" {
+	if jobs, err := cgroup.UnifiedDir(path.Join(s.Subtree, cgroup.JobsDir)); err != nil || len(controllersOf(jobs)) == 0 {
 		s.Notes = append(s.Notes, "no cgroup controller reaches the subtree (v1 controllers are not delegated on a hybrid host): runs get a cgroup of their own, and so a trace, but no memory, pids or CPU limit")
 	}
 	return s, nil
 }
 
-func mustUnified(p, file string) string {
-	dir, _ := cgroup.UnifiedDir(p)
-	return filepath.Join(dir, file)
+// controllersOf is what cgroup2 directory dir offers; none when it
+// cannot be read.
+func controllersOf(dir string) []string {
+	names, _ := host.ReadCgroupControllers(dir)
+	return names
 }
 
 // enableAvailable enables in dir's subtree every controller it offers;
 // what the kernel refuses is left off.
 func enableAvailable(dir string) {
-	avail, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
-	if err != nil {
-		return
-	}
-	for _, c := range strings.Fields(string(avail)) {
+	for _, c := range controllersOf(dir) {
 		if c == "memory" || c == "pids" || c == "cpu" {
 			_ = os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+c), 0)
 		}
