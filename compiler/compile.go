@@ -345,7 +345,7 @@ func (c *compilation) hooks() {
 
 func (c *compilation) trace() {
 	t := c.spec.Trace
-	mode := t.Mode
+	mode := render.TraceMode(t.Mode)
 	if mode == "" {
 		mode = render.TraceVerify
 	}

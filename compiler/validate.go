@@ -135,7 +135,7 @@ func (p *Parsed) validate(diags *diagnostics, readFile func(string) ([]byte, err
 		seenArtifacts[clean] = true
 	}
 
-	switch s.Trace.Mode {
+	switch render.TraceMode(s.Trace.Mode) {
 	case "", render.TraceOff, render.TraceObserve, render.TraceVerify, render.TraceEnforce:
 	default:
 		p.errf(diags, "spec.trace.mode", "one of: off, observe, verify, enforce", "unknown trace mode %q", s.Trace.Mode)

@@ -62,7 +62,7 @@ func TestNotifyAfterTerminalResult(t *testing.T) {
 	}
 	code := 3
 	want, _ := json.Marshal(notify.Envelope{SchemaVersion: 1, RunID: res.RunID, Spawn: "notified", RenderDigest: res.RenderDigest,
-		Status: launcher.StatusFailed, ExitCode: &code, VerdictStatus: res.Trace.Status, ResultPath: filepath.Join(res.RecordDir, launcher.ResultFile)})
+		Status: string(launcher.StatusFailed), ExitCode: &code, VerdictStatus: string(res.Trace.Status), ResultPath: filepath.Join(res.RecordDir, launcher.ResultFile)})
 	for _, f := range []string{stdinFile, argvFile} {
 		if got, _ := os.ReadFile(f); string(got) != string(want) {
 			t.Errorf("%s = %s, want %s", filepath.Base(f), got, want)

@@ -309,8 +309,9 @@ func TestRunHello(t *testing.T) {
 func TestDaemonizedGrandchildIsGone(t *testing.T) {
 	e := newEnv(t)
 	for _, tc := range []struct {
-		name, tail, status string
-		extra              string
+		name, tail string
+		status     launcher.Status
+		extra      string
 	}{
 		{"normal exit", "- exit: 0", launcher.StatusCompleted, "  limits: {timeout: 1m}"},
 		{"timeout", "- sleep: 1h", launcher.StatusTimedOut, "  limits: {timeout: 3s}"},

@@ -272,14 +272,14 @@ func ListRuns(stateDir string) ([]RunSummary, error) {
 		if err != nil {
 			continue
 		}
-		s := RunSummary{RunID: intent.RunID, Spawn: intent.Spawn, CreatedAt: intent.CreatedAt, RecordDir: dir, Status: "running"}
+		s := RunSummary{RunID: intent.RunID, Spawn: intent.Spawn, CreatedAt: intent.CreatedAt, RecordDir: dir, Status: StatusRunning}
 		if data, err := os.ReadFile(filepath.Join(dir, ResultFile)); err == nil {
 			var res Result
 			if json.Unmarshal(data, &res) == nil {
 				s.Status, s.ExitCode = res.Status, res.ExitCode
 			}
 		} else if !host.ProcessAlive(intent.HookboxPID, intent.HookboxStart) {
-			s.Status = "abandoned"
+			s.Status = StatusAbandoned
 		}
 		out = append(out, s)
 	}
@@ -291,7 +291,7 @@ func ListRuns(stateDir string) ([]RunSummary, error) {
 type RunSummary struct {
 	RunID     string    `json:"run_id"`
 	Spawn     string    `json:"spawn"`
-	Status    string    `json:"status"`
+	Status    Status    `json:"status"`
 	ExitCode  *int      `json:"exit_code,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	RecordDir string    `json:"record_dir"`

@@ -36,7 +36,7 @@ func TestDecideStatus(t *testing.T) {
 		killedFor string
 		oom       bool
 		exit      *int
-		status    string
+		status    Status
 		reason    string
 		signal    string
 	}{

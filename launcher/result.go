@@ -5,18 +5,28 @@ import (
 
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/notify"
+	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/render/verify"
 )
 
+// Status is a run result's terminal status. Statuses are snake_case and
+// form a closed set; reason ids are kebab-case and open (docs/conventions.md).
+type Status string
+
 // Statuses of a run's result.
 const (
-	StatusCompleted      = "completed"
-	StatusCompletedEmpty = "completed_empty" // exited 0 but produced none of its declared artifacts
-	StatusFailed         = "failed"          // the engine exited non-zero
-	StatusTimedOut       = "timed_out"
-	StatusCancelled      = "cancelled"
-	StatusOOMKilled      = "oom_killed"
-	StatusInfraError     = "infra_error" // hookbox could not run or finish the run
+	StatusCompleted      Status = "completed"
+	StatusCompletedEmpty Status = "completed_empty" // exited 0 but produced none of its declared artifacts
+	StatusFailed         Status = "failed"          // the engine exited non-zero
+	StatusTimedOut       Status = "timed_out"
+	StatusCancelled      Status = "cancelled"
+	StatusOOMKilled      Status = "oom_killed"
+	StatusInfraError     Status = "infra_error" // hookbox could not run or finish the run
+
+	// Only in run listings (hookbox ps), never in result.json: the run has
+	// no result yet, and its hookbox is alive (running) or gone (abandoned).
+	StatusRunning   Status = "running"
+	StatusAbandoned Status = "abandoned"
 )
 
 // Reason ids in results (stable strings).
@@ -42,7 +52,7 @@ type Result struct {
 	RunID         string `json:"run_id"`
 	Spawn         string `json:"spawn"`
 	RenderDigest  string `json:"render_digest"`
-	Status        string `json:"status"`
+	Status        Status `json:"status"`
 	// ExitCode is the engine's exit code; absent when it never exited on
 	// its own (killed, never started).
 	ExitCode *int     `json:"exit_code,omitempty"`
@@ -82,12 +92,12 @@ type Timings struct {
 // complete evidence; otherwise unchecked with reasons, or mismatch with
 // diffs (docs/contracts.md §5).
 type TraceResult struct {
-	Mode    string         `json:"mode,omitempty"` // the render's trace mode
-	Status  string         `json:"status"`
-	Reasons []string       `json:"reasons,omitempty"`
-	Diffs   []verify.Diff  `json:"diffs,omitempty"`
-	Matched []verify.Match `json:"matched,omitempty"` // which exec satisfied which render rule
-	Events  int            `json:"events,omitempty"`
+	Mode    render.TraceMode `json:"mode,omitempty"` // the render's trace mode
+	Status  verify.Status    `json:"status"`
+	Reasons []string         `json:"reasons,omitempty"`
+	Diffs   []verify.Diff    `json:"diffs,omitempty"`
+	Matched []verify.Match   `json:"matched,omitempty"` // which exec satisfied which render rule
+	Events  int              `json:"events,omitempty"`
 	// Detail explains an unavailable tracer and how to make one available.
 	Detail string `json:"detail,omitempty"`
 }

@@ -236,8 +236,8 @@ func (x *execution) notify() {
 	}
 	env := notify.Envelope{
 		SchemaVersion: notify.EnvelopeSchemaVersion, RunID: res.RunID, Spawn: res.Spawn,
-		RenderDigest: res.RenderDigest, Status: res.Status, ExitCode: res.ExitCode,
-		VerdictStatus: res.Trace.Status, ResultPath: filepath.Join(x.dir, ResultFile),
+		RenderDigest: res.RenderDigest, Status: string(res.Status), ExitCode: res.ExitCode,
+		VerdictStatus: string(res.Trace.Status), ResultPath: filepath.Join(x.dir, ResultFile),
 	}
 	opts := x.opts.NotifyOptions
 	opts.RecordDir = x.dir

@@ -217,19 +217,25 @@ type Limits struct {
 	TmpfsBytes    int64 `json:"tmpfs_bytes"`
 }
 
+// TraceMode is what the exec tracer does during a run.
+type TraceMode string
+
 // Trace modes.
 const (
-	TraceOff     = "off"
-	TraceObserve = "observe"
-	TraceVerify  = "verify"
-	TraceEnforce = "enforce"
+	TraceOff     TraceMode = "off"
+	TraceObserve TraceMode = "observe" // record only
+	TraceVerify  TraceMode = "verify"  // judge; a mismatch fails the run
+	TraceEnforce TraceMode = "enforce" // judge, and kill unplanned execs in the kernel
 )
+
+// Judged: a mismatch in this mode fails the run (hookbox run exits 124).
+func (m TraceMode) Judged() bool { return m == TraceVerify || m == TraceEnforce }
 
 // TracePolicy says what the exec tracer does and which programs the engine
 // may exec besides itself and its hooks' chains.
 type TracePolicy struct {
-	Mode  string   `json:"mode"`
-	Allow []string `json:"allow"`
+	Mode  TraceMode `json:"mode"`
+	Allow []string  `json:"allow"`
 }
 
 // SortLists puts every list whose order carries no meaning (programs, env,

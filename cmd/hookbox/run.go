@@ -23,6 +23,7 @@ import (
 	"hookbox.dev/hookbox/launcher/rootless"
 	"hookbox.dev/hookbox/notify"
 	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/verify"
 )
 
 // Exit codes of `hookbox run` besides the engine's own (README "Exit codes").
@@ -244,7 +245,7 @@ func printSummary(w io.Writer, res *launcher.Result) {
 
 // exitCodeOf maps a result to hookbox's exit code (README "Exit codes").
 func exitCodeOf(res *launcher.Result) int {
-	if res.Trace.Status == "mismatch" && (res.Trace.Mode == "verify" || res.Trace.Mode == "enforce") &&
+	if res.Trace.Status == verify.StatusMismatch && res.Trace.Mode.Judged() &&
 		(res.Status == launcher.StatusCompleted || res.Status == launcher.StatusFailed || res.Status == launcher.StatusCompletedEmpty) {
 		return exitMismatch
 	}

@@ -316,7 +316,7 @@ func notReproduced(r *render.Render) []string {
 		notes = append(notes, "artifact harvest (the run dir ends with the pod)")
 	}
 	if r.Trace.Mode != render.TraceOff && r.Trace.Mode != "" {
-		notes = append(notes, "exec trace "+r.Trace.Mode+" (needs a node-level tracer)")
+		notes = append(notes, "exec trace "+string(r.Trace.Mode)+" (needs a node-level tracer)")
 	}
 	notes = append(notes, "network none only where the CNI enforces NetworkPolicy")
 	return notes

@@ -133,11 +133,14 @@ const (
 	KindFailed = "failed" // execve returned an error
 )
 
+// Status is a verdict's outcome.
+type Status string
+
 // Verdict statuses.
 const (
-	StatusConfirmed = "confirmed"
-	StatusMismatch  = "mismatch"
-	StatusUnchecked = "unchecked"
+	StatusConfirmed Status = "confirmed"
+	StatusMismatch  Status = "mismatch"
+	StatusUnchecked Status = "unchecked"
 )
 
 // Reasons that are evidence gaps: they make a verdict unchecked.
@@ -249,7 +252,7 @@ func (ids FileIdentities) lookup(path string) FileID {
 
 // Verdict is the judgement of one run.
 type Verdict struct {
-	Status  string   `json:"status"`  // confirmed | mismatch | unchecked
+	Status  Status   `json:"status"`  // confirmed | mismatch | unchecked
 	Reasons []string `json:"reasons"` // stable ids, sorted, never null
 	Diffs   []Diff   `json:"diffs,omitempty"`
 	Matched []Match  `json:"matched,omitempty"`
@@ -286,7 +289,7 @@ type EventRef struct {
 // overrides it; "" means r.Trace.Mode. It never panics on any input, does
 // not modify its arguments, and returns the same Verdict for the same
 // arguments.
-func Verify(r *render.Render, mode string, events []Event, stats Stats, ids FileIdentities) Verdict {
+func Verify(r *render.Render, mode render.TraceMode, events []Event, stats Stats, ids FileIdentities) Verdict {
 	if r == nil {
 		return unchecked(ReasonRenderIncomplete)
 	}

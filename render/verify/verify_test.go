@@ -170,7 +170,7 @@ func (w diffWant) matches(d Diff) bool {
 // verdictWant is what a case expects: status and reasons exactly, the diffs
 // listed (at least), no diffs at all when noDiffs, matched rules' counts.
 type verdictWant struct {
-	status  string
+	status  Status
 	reasons []string
 	diffs   []diffWant
 	noDiffs bool
@@ -214,7 +214,7 @@ func (w verdictWant) check(t *testing.T, v Verdict) {
 
 type verifyCase struct {
 	render func() *render.Render // default claudeRender
-	mode   string
+	mode   render.TraceMode
 	events []Event
 	stats  *Stats         // default fullStats
 	ids    FileIdentities // default testIDs()
