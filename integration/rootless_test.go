@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,18 +166,36 @@ func TestRootlessTimeoutTearsDownDaemons(t *testing.T) {
 
 func TestRootlessHelperRefusesForeignCgroup(t *testing.T) {
 	testenv.RequireRootless(t)
-	c, err := tracehelper.Dial(tracehelper.SocketPath())
-	if err != nil {
-		t.Fatalf("the rootless pass runs a tracer helper: %v", err)
-	}
-	defer c.Close()
+	c := dialTracerHelper(t)
 	// The subtree's parent belongs to root, not to this user.
 	foreign := cgroup2Dir(t, "/hookbox-rootless")
-	_, err = c.Watch(foreign, ebpf.Policy{})
+	_, err := c.Watch(foreign, ebpf.Policy{})
 	var refused *tracehelper.RefusedError
 	if !errors.As(err, &refused) || refused.Code != tracehelper.CodeNotOwner {
 		t.Fatalf("watch of root's cgroup %s: %v, want refused with %s", foreign, err, tracehelper.CodeNotOwner)
 	}
+}
+
+// dialTracerHelper connects to the pass's tracer helper the way a rootless
+// hookbox does: dialled, then handed on as a file.
+func dialTracerHelper(t *testing.T) *tracehelper.Client {
+	t.Helper()
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: tracehelper.SocketPath(), Net: "unix"})
+	if err != nil {
+		t.Fatalf("the rootless pass runs a tracer helper: %v", err)
+	}
+	defer conn.Close()
+	f, err := conn.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := tracehelper.FromFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 func TestRootlessDoctor(t *testing.T) {

@@ -83,6 +83,10 @@ type Options struct {
 	// background; an error makes the verdict unchecked, with the error
 	// text (or an *UnavailableError's ID) as the reason.
 	Tracer func() (ExecTracer, error)
+	// TraceRingSize is the ring buffer size in bytes of the BPF tracer
+	// loaded in this process (0: ebpf.DefaultRingSize; see
+	// ebpf.Options.RingSize). A tracer helper has its own.
+	TraceRingSize int
 	// StateDir holds the runfiles store and the run records.
 	StateDir string
 	// Grace between SIGTERM and SIGKILL at teardown (DefaultGrace if 0).

@@ -32,15 +32,6 @@ type Client struct {
 	used bool
 }
 
-// Dial connects to the helper listening at path (see SocketPath).
-func Dial(path string) (*Client, error) {
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("tracer helper at %s: %w (is hookbox-tracer.service running? %s overrides the path)", path, err, SocketEnv)
-	}
-	return &Client{conn: c}, nil
-}
-
 // FromFile makes a Client of a connection inherited as a file (the
 // rootless hookbox dials outside its user namespace and hands the
 // connection to its child, see File). f stays the caller's to close. The

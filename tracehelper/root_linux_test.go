@@ -49,7 +49,7 @@ func unprivilegedWatch(sock, cgroupDir string) int {
 		fmt.Println("error", err)
 		return 1
 	}
-	c, err := Dial(sock)
+	c, err := connect(sock)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

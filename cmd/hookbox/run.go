@@ -48,6 +48,7 @@ func newRunCommand() *cobra.Command {
 	var jsonOut, requireTrace, noNotify, rootlessFlag bool
 	var grace, notifyTimeout time.Duration
 	var notifyArgv string
+	var traceRingSize int
 	cmd := &cobra.Command{
 		Use:   "run SPEC",
 		Short: "Run a spawn in a container and record the run",
@@ -93,7 +94,7 @@ configuration error is reported there instead of failing the run.`,
 			defer stop()                                                                 // a second signal must not kill hookbox mid-teardown
 			flagged := cmd.Flags().Changed("notify") || cmd.Flags().Changed("no-notify") // --notify-timeout alone adds no layer
 			plan := resolveNotify(notify.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn))
-			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, rootless: inner})
+			return runSpawn(ctx, cmd, r, runFlags{address: address, stateDir: stateDir, json: jsonOut, grace: grace, requireTrace: requireTrace, traceRingSize: traceRingSize, notify: plan, rootless: inner})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
@@ -103,6 +104,7 @@ configuration error is reported there instead of failing the run.`,
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
 	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
 	cmd.Flags().BoolVar(&requireTrace, "require-trace", false, "fail before the engine starts when the exec tracer is unavailable")
+	cmd.Flags().IntVar(&traceRingSize, "trace-ring-size", 0, "ring buffer bytes of the exec tracer when hookbox loads it itself, not through a tracer helper (a power of two, default 4 MiB); a burst of execs beyond it is lost and the verdict unchecked (events-lost)")
 	cmd.Flags().StringVar(&notifyArgv, "notify", "", `notifier argv for this run, as a JSON list ('["/usr/local/bin/post", "{payload}"]') or a string split as POSIX words without shell features; overrides the spec and global config`)
 	cmd.Flags().DurationVar(&notifyTimeout, "notify-timeout", 0, "deadline of the --notify notifier (default 30s)")
 	cmd.Flags().BoolVar(&noNotify, "no-notify", false, "run no notifier for this run, whatever the spec or global config says")
@@ -114,6 +116,7 @@ type runFlags struct {
 	json              bool
 	grace             time.Duration
 	requireTrace      bool
+	traceRingSize     int
 	notify            notify.Plan
 	// rootless: this hookbox was re-executed inside RootlessKit's namespaces.
 	rootless *rootless.Context
@@ -167,7 +170,7 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, f runFl
 		progressLine(stderr, f.json, "gc", fmt.Sprintf("collected %d leftovers of abandoned runs", len(report.Actions)))
 	}
 
-	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: os.Getenv("XHB_FIFO"), StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace, Notify: f.notify}
+	opts := launcher.Options{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, FIFODir: os.Getenv("XHB_FIFO"), StateDir: f.stateDir, Grace: f.grace, Env: env, Version: version, RequireTrace: f.requireTrace, TraceRingSize: f.traceRingSize, Notify: f.notify}
 	switch {
 	case f.rootless != nil:
 		rootlessRunOptions(f.rootless, &opts)
