@@ -371,9 +371,7 @@ func TestRootlessCtrlCThenKill9ThenGC(t *testing.T) {
 // cgroup of its own, says so, and teardown still ends a daemonized
 // grandchild through the container's pid namespace.
 func TestRootlessUndelegated(t *testing.T) {
-	if os.Getenv("HOOKBOX_ROOTLESS_UNDELEGATED") != "1" {
-		t.Skip("runs in the rootless pass's second phase, outside the delegated subtree")
-	}
+	testenv.RequireRootlessUndelegated(t)
 	e := newRootlessEnv(t)
 	marker := fmt.Sprintf("hbx-rootless-undelegated-%d", time.Now().UnixNano())
 	spec := e.spec("undelegated", "- daemonize: {marker: "+marker+"}\n- sleep: 300ms\n- print: started\n- exit: 0",

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"hookbox.dev/hookbox/internal/testenv"
 )
 
 const sentinel = "HBX-SENTINEL-7f3a9c"
@@ -726,9 +728,12 @@ func FuzzParseLookup(f *testing.F) {
 // and waitid. Elsewhere runLookup refuses to run, so the tests cannot pass.
 func requireLinux(t *testing.T) {
 	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("secret lookup runs only on Linux")
-	}
+	testenv.Require(t, testenv.Requirement{Name: "linux", Check: func() string {
+		if runtime.GOOS != "linux" {
+			return "secret lookup runs only on Linux"
+		}
+		return ""
+	}})
 }
 
 func enabled(argv ...string) Resolver {
