@@ -48,16 +48,6 @@ type compilation struct {
 	diags     *diagnostics
 }
 
-// CompileFile reads, validates and compiles every spawn in a spec file.
-// All problems of the file are reported together.
-func CompileFile(file string) ([]*render.Render, error) {
-	parsed, err := ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	return CompileAll(parsed)
-}
-
 // CompileAll compiles parsed spawns, collecting every problem.
 func CompileAll(parsed []*Parsed) ([]*render.Render, error) {
 	var renders []*render.Render
@@ -369,9 +359,4 @@ func (c *compilation) finish() {
 	}
 	c.r.Engine.Exec = render.Exec{Path: c.spec.Engine.Path, Argv: slices.Clone(c.r.Process.Argv)}
 	c.r.SortLists()
-}
-
-// specErr reports an engine rule violation found while building.
-func (c *compilation) specErr(field, hint, format string, args ...any) {
-	c.diags.add(c.p.at(field), c.p.prefix+field, hint, format, args...)
 }

@@ -62,7 +62,7 @@ func digestOf(t *testing.T, spec string) string {
 	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	renders, err := CompileFile(file)
+	renders, err := CompileFileWithParams(file, nil)
 	if err != nil {
 		t.Fatalf("compile:\n%s\n%v", spec, err)
 	}

@@ -50,9 +50,6 @@ func codexEffort(model, effort string) (string, bool) {
 	return clamped, clamped != effort
 }
 
-// claudeEfforts are the levels Claude Code's --effort accepts.
-var claudeEfforts = []string{"low", "medium", "high", "xhigh", "max"}
-
 // claudeEffort maps the vocabulary onto Claude Code's levels: below low
 // becomes low, above max becomes max.
 func claudeEffort(effort string) string {

@@ -47,7 +47,7 @@ func hostNeutralRender(t *testing.T, r *render.Render) *render.Render {
 
 func renderFile(t *testing.T, file string) []*render.Render {
 	t.Helper()
-	renders, err := CompileFile(file)
+	renders, err := CompileFileWithParams(file, nil)
 	if err != nil {
 		t.Fatalf("compile %s: %v", file, err)
 	}

@@ -69,7 +69,9 @@ func ReadFileWithOptions(path string, opts ParseOptions) ([]*Parsed, error) {
 	return ParseWithOptions(data, path, filepath.Dir(abs), os.ReadFile, opts)
 }
 
-// CompileFileWithParams is CompileFile with template slot values.
+// CompileFileWithParams reads, validates and compiles every spawn in a spec
+// file, substituting template slot values (nil for none). All problems of
+// the file are reported together.
 func CompileFileWithParams(file string, params map[string]string) ([]*render.Render, error) {
 	parsed, err := ReadFileWithOptions(file, ParseOptions{Params: params})
 	if err != nil {

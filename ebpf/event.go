@@ -112,7 +112,7 @@ type Event struct {
 	PPID     uint32 // real parent's tgid
 	UID      uint32 // real uid, in the initial user namespace
 	CgroupID uint64
-	Time     uint64 // CLOCK_BOOTTIME nanoseconds (BootTime converts)
+	Time     uint64 // CLOCK_BOOTTIME nanoseconds
 	Comm     string // task comm after the exec (at most 15 bytes)
 	// Filename is what the kernel executed (KindExec: bprm->filename; a
 	// #! script's path, not its interpreter's) or was asked to execute

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"hookbox.dev/hookbox/internal/host"
+	"hookbox.dev/hookbox/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -32,10 +33,7 @@ func TestMain(m *testing.M) {
 // tracer must not pass by skipping) and skips otherwise.
 func missing(t testing.TB, why string) {
 	t.Helper()
-	if os.Getenv("HOOKBOX_INTEGRATION") == "1" {
-		t.Fatalf("%s (HOOKBOX_INTEGRATION=1 demands it)", why)
-	}
-	t.Skip(why)
+	testenv.Unmet(t, "exec tracer", why)
 }
 
 // requireTracer loads a tracer for the test or skips/fails with why not.

@@ -15,7 +15,6 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 )
 
 // Tracer is the loaded and attached BPF exec tracer. One Tracer serves any
@@ -354,23 +353,4 @@ func (t *Tracer) missed() (uint64, error) {
 		n += s.RecursionMisses
 	}
 	return n, nil
-}
-
-// BootTime converts an Event.Time (CLOCK_BOOTTIME ns) to wall-clock time,
-// using the current offset between the two clocks.
-func BootTime(ns uint64) time.Time {
-	now := time.Now()
-	boot, err := bootNow()
-	if err != nil {
-		return time.Time{}
-	}
-	return now.Add(-time.Duration(int64(boot) - int64(ns)))
-}
-
-func bootNow() (uint64, error) {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		return 0, err
-	}
-	return uint64(ts.Nano()), nil
 }

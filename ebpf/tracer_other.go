@@ -5,7 +5,6 @@ package ebpf
 import (
 	"fmt"
 	"runtime"
-	"time"
 )
 
 var errPlatform = fmt.Errorf("%w: the BPF exec tracer is built for little-endian Linux only (this is %s/%s)", ErrNotSupported, runtime.GOOS, runtime.GOARCH)
@@ -29,6 +28,3 @@ func (*Tracer) Watch(uint64, Policy) (*Watch, error) { return nil, errPlatform }
 func (*Watch) CgroupID() uint64                      { return 0 }
 func (*Watch) Events() <-chan Event                  { return nil }
 func (*Watch) Stop() (Stats, error)                  { return Stats{}, errPlatform }
-
-// BootTime converts CLOCK_BOOTTIME ns to wall time; unavailable here.
-func BootTime(uint64) time.Time { return time.Time{} }

@@ -15,6 +15,8 @@ import (
 
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"hookbox.dev/hookbox/internal/testenv"
 )
 
 var testCA = []byte("-----BEGIN CERTIFICATE-----\nnot a real certificate\n-----END CERTIFICATE-----\n")
@@ -66,9 +68,12 @@ func TestBuildDigestDependsOnCABundle(t *testing.T) {
 // TestBuildGoldenDigest pins the encoding: a change here means every host
 // gets a new base image, which must be deliberate.
 func TestBuildGoldenDigest(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("golden digest is recorded for amd64 (the platform is in the config); running on %s", runtime.GOARCH)
-	}
+	testenv.Require(t, testenv.Requirement{Name: "amd64", Check: func() string {
+		if runtime.GOARCH != "amd64" {
+			return "the golden digest is recorded for amd64 (the platform is in the config); running on " + runtime.GOARCH
+		}
+		return ""
+	}})
 	img := mustBuild(t, NewDefinition(testCA))
 	const want = "sha256:e8421739ce7aee10b1b8a7e8966ac0587a71ab132a3594c8281aea7a9770cdfc"
 	if img.ManifestDigest.String() != want {

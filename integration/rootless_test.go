@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,18 +166,36 @@ func TestRootlessTimeoutTearsDownDaemons(t *testing.T) {
 
 func TestRootlessHelperRefusesForeignCgroup(t *testing.T) {
 	testenv.RequireRootless(t)
-	c, err := tracehelper.Dial(tracehelper.SocketPath())
-	if err != nil {
-		t.Fatalf("the rootless pass runs a tracer helper: %v", err)
-	}
-	defer c.Close()
+	c := dialTracerHelper(t)
 	// The subtree's parent belongs to root, not to this user.
 	foreign := cgroup2Dir(t, "/hookbox-rootless")
-	_, err = c.Watch(foreign, ebpf.Policy{})
+	_, err := c.Watch(foreign, ebpf.Policy{})
 	var refused *tracehelper.RefusedError
 	if !errors.As(err, &refused) || refused.Code != tracehelper.CodeNotOwner {
 		t.Fatalf("watch of root's cgroup %s: %v, want refused with %s", foreign, err, tracehelper.CodeNotOwner)
 	}
+}
+
+// dialTracerHelper connects to the pass's tracer helper the way a rootless
+// hookbox does: dialled, then handed on as a file.
+func dialTracerHelper(t *testing.T) *tracehelper.Client {
+	t.Helper()
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: tracehelper.SocketPath(), Net: "unix"})
+	if err != nil {
+		t.Fatalf("the rootless pass runs a tracer helper: %v", err)
+	}
+	defer conn.Close()
+	f, err := conn.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := tracehelper.FromFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 func TestRootlessDoctor(t *testing.T) {
@@ -352,9 +371,7 @@ func TestRootlessCtrlCThenKill9ThenGC(t *testing.T) {
 // cgroup of its own, says so, and teardown still ends a daemonized
 // grandchild through the container's pid namespace.
 func TestRootlessUndelegated(t *testing.T) {
-	if os.Getenv("HOOKBOX_ROOTLESS_UNDELEGATED") != "1" {
-		t.Skip("runs in the rootless pass's second phase, outside the delegated subtree")
-	}
+	testenv.RequireRootlessUndelegated(t)
 	e := newRootlessEnv(t)
 	marker := fmt.Sprintf("hbx-rootless-undelegated-%d", time.Now().UnixNano())
 	spec := e.spec("undelegated", "- daemonize: {marker: "+marker+"}\n- sleep: 300ms\n- print: started\n- exit: 0",

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher"
@@ -350,13 +353,22 @@ func TestCtrlCTearsDown(t *testing.T) {
 	}
 	var lines bytes.Buffer
 	sc := bufio.NewScanner(stdout)
-	signalled := false
+	initPID, signalled := 0, false
 	for sc.Scan() {
 		lines.Write(append(sc.Bytes(), '\n'))
+		var ev launcher.Event
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type == launcher.EventSpawned {
+			initPID = ev.Spawned.InitPID
+		}
 		if !signalled && strings.Contains(sc.Text(), `"ready`) {
+			if initPID == 0 {
+				t.Fatal("no spawned event before the engine's output")
+			}
 			cmd.Process.Signal(syscall.SIGINT)
-			time.Sleep(200 * time.Millisecond)
-			cmd.Process.Signal(syscall.SIGINT) // a second signal must not interrupt teardown
+			// The engine dies of teardown's SIGTERM: from then on hookbox is
+			// tearing down, and a second signal must not interrupt it.
+			waitExited(t, initPID, time.Minute)
+			cmd.Process.Signal(syscall.SIGINT)
 			signalled = true
 		}
 	}
@@ -374,6 +386,32 @@ func TestCtrlCTearsDown(t *testing.T) {
 		t.Fatalf("processes survived Ctrl-C: %v", pids)
 	}
 	e.assertNothingLeft(res.RunID)
+}
+
+// waitExited blocks until process pid (not a child) has exited, watching a
+// pidfd, which polls readable then; it fails the test after timeout.
+func waitExited(t *testing.T, pid int, timeout time.Duration) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return
+	}
+	if err != nil {
+		t.Fatalf("pidfd_open(%d): %v", pid, err)
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(timeout.Milliseconds()))
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			t.Fatalf("poll pidfd of %d: %v", pid, err)
+		case n == 0:
+			t.Fatalf("process %d still runs after %v", pid, timeout)
+		}
+		return
+	}
 }
 
 func TestTimeoutHarvestsWhatWasWritten(t *testing.T) {

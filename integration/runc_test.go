@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"hookbox.dev/hookbox/compiler"
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/internal/testenv"
@@ -100,15 +102,8 @@ func assembleBundle(t *testing.T, spec string, specDir string) *bundle {
 	b := &bundle{dir: filepath.Join(tmp, "bundle"), runDir: filepath.Join(tmp, "run"), render: r,
 		id: fmt.Sprintf("hbx-it-%d", time.Now().UnixNano())}
 	rootfs := filepath.Join(b.dir, "rootfs")
-	if err := mounts.MountRootfs(rootfs, []string{res.TreeDir, base}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		exec.Command("runc", "delete", "--force", b.id).Run()
-		if err := mounts.UnmountRootfs(rootfs); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	mountRootfs(t, rootfs, []string{res.TreeDir, base})
+	t.Cleanup(func() { exec.Command("runc", "delete", "--force", b.id).Run() })
 	if err := mounts.Create(b.runDir, r.Limits.TmpfsBytes, r.Process.UID, r.Process.GID); err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +139,28 @@ func assembleBundle(t *testing.T, spec string, specDir string) *bundle {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// mountRootfs mounts the read-only overlay of lowers (top first) at target,
+// with the options hookbox gives containerd, for runc's rootfs path; the
+// test's cleanup unmounts it.
+func mountRootfs(t *testing.T, target string, lowers []string) {
+	t.Helper()
+	opts, err := mounts.RootfsOverlayOptions(lowers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, strings.Join(opts, ",")); err != nil {
+		t.Fatalf("mount rootfs overlay at %s: %v", target, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
+			t.Errorf("cleanup: unmount rootfs %s: %v", target, err)
+		}
+	})
 }
 
 func (b *bundle) run(t *testing.T) (stdout, stderr string, err error) {

@@ -109,9 +109,8 @@ func TestTraceUnexpectedExecThroughShell(t *testing.T) {
 
 func TestTraceRingOverflowIsUnchecked(t *testing.T) {
 	e := newEnv(t)
-	e.extraEnv = []string{"HOOKBOX_TRACE_RING_SIZE=16384"} // room for one event
 	spec := e.spec("overflow", "- fork: {count: 40, sleep: 10ms}\n- sleep: 500ms\n- exit: 0", "  limits: {pids: 256}")
-	res := e.run(spec).mustResult(t)
+	res := e.run(spec, "--trace-ring-size", "16384").mustResult(t) // room for one event
 	if res.Trace.Status == "confirmed" || !hasReason(res, "events-lost") {
 		t.Fatalf("a ring too small for the burst must give unchecked/events-lost: %+v", res.Trace)
 	}

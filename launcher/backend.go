@@ -109,6 +109,10 @@ type BackendConfig struct {
 	Daemon  daemon.Options
 	// Traced: runs will be traced, so reach the tracer helper now.
 	Traced bool
+	// TraceRingSize is the ring buffer size in bytes of a BPF tracer this
+	// process loads itself (0: ebpf.DefaultRingSize, see
+	// ebpf.Options.RingSize). A tracer helper has its own.
+	TraceRingSize int
 }
 
 // Connect returns the backend this process runs on: rootful, or (inside
@@ -123,7 +127,9 @@ func Connect(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{Kind: BackendRootful, Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot,
-		Cgroups: runtimeCgroups{}, Tracer: LocalTracer}
+		Cgroups: runtimeCgroups{}, Tracer: func() (ExecTracer, error) {
+			return loadLocalTracer(ebpf.Options{RingSize: cfg.TraceRingSize})
+		}}
 	if cfg.Traced {
 		// One BPF load per host: a root hookbox also traces through the
 		// helper when one answers, and loads the tracer itself otherwise.

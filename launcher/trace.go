@@ -27,19 +27,13 @@ var (
 	tracerErr    error
 )
 
-func loadTracer() (*ebpf.Tracer, error) {
+// loadTracer loads the process's tracer once; later calls get the first
+// call's tracer, whatever their opts (one run per hookbox process).
+func loadTracer(opts ebpf.Options) (*ebpf.Tracer, error) {
 	tracerOnce.Do(func() {
 		if err := ebpf.EnsureTracefs(); err != nil {
 			tracerErr = err
 			return
-		}
-		// HOOKBOX_TRACE_RING_SIZE shrinks the ring buffer, for tests of
-		// overflow accounting.
-		var opts ebpf.Options
-		if v := os.Getenv("HOOKBOX_TRACE_RING_SIZE"); v != "" {
-			if n, err := strconv.Atoi(v); err == nil {
-				opts.RingSize = n
-			}
 		}
 		sharedTracer, tracerErr = ebpf.Load(opts)
 	})
@@ -74,9 +68,9 @@ func (l localTracer) Watch(_ string, id uint64, policy ebpf.Policy) (ExecWatch, 
 	return l.t.Watch(id, policy)
 }
 
-// LocalTracer loads (once per process) the BPF tracer.
-func LocalTracer() (ExecTracer, error) {
-	t, err := loadTracer()
+// loadLocalTracer loads (once per process) the BPF tracer.
+func loadLocalTracer(opts ebpf.Options) (ExecTracer, error) {
+	t, err := loadTracer(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +104,7 @@ func (x *execution) startTracer() {
 		defer close(x.trace.ready)
 		load := x.opts.Backend.Tracer
 		if load == nil {
-			load = LocalTracer
+			load = func() (ExecTracer, error) { return loadLocalTracer(ebpf.Options{}) }
 		}
 		x.trace.tracer, x.trace.loadErr = load()
 	}()

@@ -1,12 +1,8 @@
 package mounts
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // RootfsOverlayOptions are the overlay options of a read-only rootfs made
@@ -22,33 +18,4 @@ func RootfsOverlayOptions(lowers []string) ([]string, error) {
 		}
 	}
 	return []string{"lowerdir=" + strings.Join(lowers, ":")}, nil
-}
-
-// MountRootfs mounts the read-only overlay of lowers (top first) at target,
-// for runtimes given a rootfs path (runc bundles).
-func MountRootfs(target string, lowers []string) error {
-	opts, err := RootfsOverlayOptions(lowers)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(target, 0o755); err != nil {
-		return err
-	}
-	if err := unix.Mount("overlay", target, "overlay", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, strings.Join(opts, ",")); err != nil {
-		return fmt.Errorf("mount rootfs overlay at %s: %w", target, err)
-	}
-	return nil
-}
-
-// UnmountRootfs undoes MountRootfs. It is retry-safe: a target that is not
-// mounted, or gone, counts as done.
-func UnmountRootfs(target string) error {
-	err := unix.Unmount(target, 0)
-	switch {
-	case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
-		return nil
-	case errors.Is(err, unix.EBUSY):
-		return unix.Unmount(target, unix.MNT_DETACH)
-	}
-	return fmt.Errorf("unmount rootfs %s: %w", target, err)
 }

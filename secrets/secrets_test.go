@@ -15,6 +15,7 @@ import (
 
 	"hookbox.dev/hookbox/internal/config"
 	"hookbox.dev/hookbox/internal/config/secretsconf"
+	"hookbox.dev/hookbox/internal/testenv"
 )
 
 const sentinel = "HBX-SENTINEL-7f3a9c"
@@ -350,9 +351,12 @@ func TestLookupKilledBySignal(t *testing.T) {
 // and waitid. Elsewhere runLookup refuses to run, so the tests cannot pass.
 func requireLinux(t *testing.T) {
 	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("secret lookup runs only on Linux")
-	}
+	testenv.Require(t, testenv.Requirement{Name: "linux", Check: func() string {
+		if runtime.GOOS != "linux" {
+			return "secret lookup runs only on Linux"
+		}
+		return ""
+	}})
 }
 
 func enabled(argv ...string) Resolver {

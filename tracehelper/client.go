@@ -32,7 +32,9 @@ type Client struct {
 	used bool
 }
 
-// Dial connects to the helper listening at path (see SocketPath).
+// Dial connects to the helper listening at path (see SocketPath). A root
+// hookbox uses the connection itself; a rootless one turns it into a file
+// (File) that its re-executed self inherits.
 func Dial(path string) (*Client, error) {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {

@@ -35,8 +35,11 @@ const (
 // Server is the helper: it serves watches over unix connections, one
 // watch per connection. Its methods are safe for concurrent use.
 type Server struct {
-	tracer         Tracer
-	log            *log.Logger
+	tracer Tracer
+	log    *log.Logger
+	// maxPerUID bounds one uid's concurrent watches, maxTotal all of them
+	// (the tracer's own limit, so that reaching it is CodeTooManyWatches
+	// rather than a tracer error). Unit tests lower them.
 	maxPerUID      int
 	maxTotal       int
 	requestTimeout time.Duration
@@ -49,20 +52,9 @@ type Server struct {
 	total  int
 }
 
-// Option configures a Server.
-type Option func(*Server)
-
-// WithMaxWatchesPerUID bounds one uid's concurrent watches (default
-// DefaultMaxWatchesPerUID).
-func WithMaxWatchesPerUID(n int) Option { return func(s *Server) { s.maxPerUID = n } }
-
-// WithMaxWatches bounds all concurrent watches (default ebpf.MaxWatches,
-// the tracer's own limit, so that reaching it is CodeTooManyWatches).
-func WithMaxWatches(n int) Option { return func(s *Server) { s.maxTotal = n } }
-
 // NewServer returns a server of tracer's watches that logs one line per
 // watch start, refusal and end to logw. It never logs event contents.
-func NewServer(tracer Tracer, logw io.Writer, opts ...Option) *Server {
+func NewServer(tracer Tracer, logw io.Writer) *Server {
 	s := &Server{
 		tracer:         tracer,
 		log:            log.New(logw, "", 0),
@@ -71,9 +63,6 @@ func NewServer(tracer Tracer, logw io.Writer, opts ...Option) *Server {
 		requestTimeout: requestTimeout,
 		inspect:        inspectCgroup,
 		perUID:         map[uint32]int{},
-	}
-	for _, o := range opts {
-		o(s)
 	}
 	return s
 }

@@ -145,10 +145,10 @@ func fakeOwner(owner uint32) func(int) (cgroupDir, error) {
 
 // startServer serves tr on a socket in a temporary directory; setup may
 // adjust the server before it serves.
-func startServer(t *testing.T, tr Tracer, setup func(*Server), opts ...Option) *harness {
+func startServer(t *testing.T, tr Tracer, setup func(*Server)) *harness {
 	t.Helper()
 	h := &harness{sock: filepath.Join(shortTempDir(t), "s.sock"), log: &syncBuffer{}, served: make(chan error, 1)}
-	h.srv = NewServer(tr, h.log, opts...)
+	h.srv = NewServer(tr, h.log)
 	h.srv.inspect = fakeOwner(uint32(os.Getuid()))
 	if setup != nil {
 		setup(h.srv)
@@ -180,6 +180,8 @@ func recv[T any](t testing.TB, ch <-chan T, what string) T {
 	}
 }
 
+// connect dials the helper at sock the way a hookbox does before it hands
+// the connection on (see FromFile).
 func dial(t *testing.T, sock string) *Client {
 	t.Helper()
 	c, err := Dial(sock)
@@ -498,7 +500,7 @@ func TestWatchLimits(t *testing.T) {
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 
 	t.Run("per uid", func(t *testing.T) {
-		h := startServer(t, newFakeTracer(), nil, WithMaxWatchesPerUID(2))
+		h := startServer(t, newFakeTracer(), func(s *Server) { s.maxPerUID = 2 })
 		w0 := watch(t, h.sock, dirs[0], ebpf.Policy{})
 		watch(t, h.sock, dirs[1], ebpf.Policy{})
 		_, err := dial(t, h.sock).Watch(dirs[2], ebpf.Policy{})
@@ -512,7 +514,7 @@ func TestWatchLimits(t *testing.T) {
 		watch(t, h.sock, dirs[2], ebpf.Policy{})
 	})
 	t.Run("helper-wide", func(t *testing.T) {
-		h := startServer(t, newFakeTracer(), nil, WithMaxWatches(1))
+		h := startServer(t, newFakeTracer(), func(s *Server) { s.maxTotal = 1 })
 		watch(t, h.sock, dirs[0], ebpf.Policy{})
 		_, err := dial(t, h.sock).Watch(dirs[1], ebpf.Policy{})
 		if code := refusedCode(t, err); code != CodeTooManyWatches {

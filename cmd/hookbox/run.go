@@ -50,6 +50,7 @@ func newRunCommand() *cobra.Command {
 	var jsonOut, requireTrace, noNotify, rootlessFlag bool
 	var grace, notifyTimeout time.Duration
 	var notifyArgv string
+	var traceRingSize int
 	cmd := &cobra.Command{
 		Use:   "run SPEC",
 		Short: "Run a spawn in a container and record the run",
@@ -87,7 +88,7 @@ configuration error is reported there instead of failing the run.`,
 				return func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, phase, msg) }
 			}
 			backend := launcher.BackendConfig{Address: address, Daemon: daemonOptions(true, dirs.daemon, progress("containerd")),
-				Traced: r.Trace.Mode != render.TraceOff}
+				Traced: r.Trace.Mode != render.TraceOff, TraceRingSize: traceRingSize}
 			if !isInner && (rootlessFlag || rootlessUser()) {
 				if !rootlessUser() {
 					return usageError{errors.New("--rootless: run hookbox as the non-root user whose rootless containerd it should use (as root, hookbox runs rootful)")}
@@ -114,6 +115,7 @@ configuration error is reported there instead of failing the run.`,
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
 	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
 	cmd.Flags().BoolVar(&requireTrace, "require-trace", false, "fail before the engine starts when the exec tracer is unavailable")
+	cmd.Flags().IntVar(&traceRingSize, "trace-ring-size", 0, "ring buffer bytes of the exec tracer when hookbox loads it itself, not through a tracer helper (a power of two, default 4 MiB); a burst of execs beyond it is lost and the verdict unchecked (events-lost)")
 	cmd.Flags().StringVar(&notifyArgv, "notify", "", `notifier argv for this run, as a JSON list ('["/usr/local/bin/post", "{payload}"]') or a string split as POSIX words without shell features; overrides the spec and global config`)
 	cmd.Flags().DurationVar(&notifyTimeout, "notify-timeout", 0, "deadline of the --notify notifier (default 30s)")
 	cmd.Flags().BoolVar(&noNotify, "no-notify", false, "run no notifier for this run, whatever the spec or global config says")

@@ -3,26 +3,45 @@
 package procgroup
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"hookbox.dev/hookbox/internal/host"
+	"golang.org/x/sys/unix"
 )
 
-func gone(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	if err == syscall.ESRCH {
-		return true
+// waitGone fails the test unless process pid (not a child of the test)
+// exits within 2 s. A pidfd polls readable once its process has exited,
+// zombie or reaped.
+func waitGone(t *testing.T, pid int, what string) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return
 	}
-	st, err := host.ReadStat(pid)
-	return err == nil && st.Exited()
+	if err != nil {
+		t.Fatalf("pidfd_open(%d): %v", pid, err)
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 2000)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			t.Fatalf("poll pidfd of %d: %v", pid, err)
+		case n == 0:
+			t.Fatalf("%s %d outlived the call", what, pid)
+		}
+		return
+	}
 }
 
 func TestTimeoutKillsTheWholeGroup(t *testing.T) {
@@ -41,11 +60,7 @@ func TestTimeoutKillsTheWholeGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	child, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-	for deadline := time.Now().Add(2 * time.Second); !gone(child); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the TERM-ignoring child %d outlived the call", child)
-		}
-	}
+	waitGone(t, child, "the TERM-ignoring child")
 }
 
 func TestExitedLeaderLeftoversAreKilled(t *testing.T) {
@@ -57,17 +72,26 @@ func TestExitedLeaderLeftoversAreKilled(t *testing.T) {
 	}
 	data, _ := os.ReadFile(pidFile)
 	child, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-	for deadline := time.Now().Add(2 * time.Second); !gone(child); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("leftover %d outlived its leader", child)
-		}
-	}
+	waitGone(t, child, "the leftover of the exited leader")
 }
 
 func TestCancelAndStartFailure(t *testing.T) {
+	// Cancelled once the program runs: it says so on a pipe.
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(100 * time.Millisecond); cancel() }()
-	if stop, _, _ := Run(ctx, exec.Command("/bin/sleep", "30"), time.Minute, 0); stop != Cancelled {
+	started, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer started.Close()
+	go func() {
+		bufio.NewReader(started).ReadString('\n')
+		cancel()
+	}()
+	cmd := exec.Command("/bin/sh", "-c", "echo started; exec /bin/sleep 30")
+	cmd.Stdout = w
+	stop, _, _ := Run(ctx, cmd, time.Minute, 0)
+	w.Close()
+	if stop != Cancelled {
 		t.Errorf("stop %v, want Cancelled", stop)
 	}
 	_, startErr, _ := Run(context.Background(), exec.Command("/nonexistent/program"), time.Second, 0)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"hookbox.dev/hookbox/internal/testenv"
 )
 
 func TestSplit(t *testing.T) {
@@ -351,13 +353,19 @@ var trickyArgv = [][]string{
 	{"if", "then", "A=b", "-n", "--", "-e"},
 }
 
+// posixShell: the real-shell tests run /bin/sh.
+var posixShell = testenv.Requirement{Name: "/bin/sh", Check: func() string {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		return "no /bin/sh on this machine"
+	}
+	return ""
+}}
+
 // TestJoinRealShell checks Join against the shells engines actually use:
 // the words the shell hands to printf must be exactly argv.
 func TestJoinRealShell(t *testing.T) {
 	shells := []string{"/bin/sh", "/bin/bash"}
-	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skip("no /bin/sh on this machine")
-	}
+	testenv.Require(t, posixShell)
 	for _, sh := range shells {
 		if _, err := os.Stat(sh); err != nil {
 			t.Logf("%s not installed; checked the others", sh)
@@ -380,9 +388,7 @@ func TestJoinRealShell(t *testing.T) {
 // TestJoinRealShellCommandName checks that argv[0] is run as a program even
 // when it looks like a keyword or an assignment to a shell.
 func TestJoinRealShellCommandName(t *testing.T) {
-	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skip("no /bin/sh on this machine")
-	}
+	testenv.Require(t, posixShell)
 	dir := t.TempDir()
 	for _, name := range []string{"if", "time", "A=b", "x y"} {
 		script := "#!/bin/sh\nprintf '%s\\0' ran \"$@\"\n"

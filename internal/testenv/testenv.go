@@ -2,15 +2,21 @@
 // host, and what happens when the host lacks it. It is imported only by
 // tests.
 //
-// Two switches make a missing capability a failure instead of a skip, so a
-// machine that should run a test cannot pass by skipping it:
+// Three switches make a missing capability a failure instead of a skip, so
+// a machine that should run a test cannot pass by skipping it (CI sets all
+// three; a test skips only through this package):
 //
 //   - HOOKBOX_REQUIRE_ROOT=1 (CI's root job): RequireRoot and Missing fail
 //     where they would skip.
-//   - HOOKBOX_INTEGRATION=1 (make integration, CI): Require and
+//   - HOOKBOX_INTEGRATION=1 (make integration, CI): Require, Unmet and
 //     RequireIntegration fail on an unmet Requirement. Outside it,
 //     RequireIntegration always skips, with the reason, and Require skips
 //     only when a requirement is unmet.
+//   - HOOKBOX_REQUIRE_BUILDKIT=1 (CI): MissingBuildkit fails where it would
+//     skip.
+//
+// A Requirement's Check runs every time it is required: one that is slow
+// (it asks a daemon) should be wrapped in sync.OnceValue.
 package testenv
 
 import (
@@ -23,8 +29,9 @@ import (
 
 // Environment variables that turn skips into failures.
 const (
-	RequireRootEnv = "HOOKBOX_REQUIRE_ROOT"
-	IntegrationEnv = "HOOKBOX_INTEGRATION"
+	RequireRootEnv     = "HOOKBOX_REQUIRE_ROOT"
+	IntegrationEnv     = "HOOKBOX_INTEGRATION"
+	RequireBuildkitEnv = "HOOKBOX_REQUIRE_BUILDKIT"
 )
 
 // RequireRoot gates a test that needs root (to mount, mknod, chown, create
@@ -48,6 +55,17 @@ func Missing(t testing.TB, why string) {
 	t.Helper()
 	if os.Getenv(RequireRootEnv) == "1" {
 		t.Fatalf("%s (HOOKBOX_REQUIRE_ROOT=1 demands it)", why)
+	}
+	t.Skip(why)
+}
+
+// MissingBuildkit reports that the test has no buildkitd to talk to: it
+// fails the test under HOOKBOX_REQUIRE_BUILDKIT=1 and skips it otherwise,
+// saying why.
+func MissingBuildkit(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv(RequireBuildkitEnv) == "1" {
+		t.Fatalf("%s (HOOKBOX_REQUIRE_BUILDKIT=1 demands it)", why)
 	}
 	t.Skip(why)
 }
@@ -87,15 +105,22 @@ var (
 // unmet one decides.
 func Require(t testing.TB, reqs ...Requirement) {
 	t.Helper()
-	enforced := os.Getenv(IntegrationEnv) == "1"
 	for _, r := range reqs {
 		if why := r.Check(); why != "" {
-			if enforced {
-				t.Fatalf("requirement %s: %s (HOOKBOX_INTEGRATION=1 demands it)", r.Name, why)
-			}
-			t.Skipf("requirement %s: %s (set HOOKBOX_INTEGRATION=1 to make this a failure)", r.Name, why)
+			Unmet(t, r.Name, why)
 		}
 	}
+}
+
+// Unmet ends a test whose requirement name the host does not meet, for
+// reason why, as Require does: it fails under HOOKBOX_INTEGRATION=1 and
+// skips elsewhere. For requirements found unmet while the test runs.
+func Unmet(t testing.TB, name, why string) {
+	t.Helper()
+	if os.Getenv(IntegrationEnv) == "1" {
+		t.Fatalf("requirement %s: %s (HOOKBOX_INTEGRATION=1 demands it)", name, why)
+	}
+	t.Skipf("requirement %s: %s (set HOOKBOX_INTEGRATION=1 to make this a failure)", name, why)
 }
 
 // RequireIntegration gates a test of the integration suite: it runs only
@@ -144,5 +169,21 @@ func RequireRootless(t testing.TB) {
 	}
 	if os.Geteuid() == 0 {
 		t.Fatalf("%s=1 but running as root: the rootless pass runs as a non-root user", RootlessEnv)
+	}
+}
+
+// RootlessUndelegatedEnv marks the rootless pass's second phase: the tests
+// run outside any delegated cgroup subtree.
+const RootlessUndelegatedEnv = "HOOKBOX_ROOTLESS_UNDELEGATED"
+
+// RequireRootlessUndelegated gates a test of the rootless pass's second
+// phase. Outside the pass it skips, as RequireRootless; inside, it fails
+// without HOOKBOX_ROOTLESS_UNDELEGATED=1 (the first phase excludes the test
+// by name, the second sets the variable).
+func RequireRootlessUndelegated(t testing.TB) {
+	t.Helper()
+	RequireRootless(t)
+	if os.Getenv(RootlessUndelegatedEnv) != "1" {
+		t.Fatalf("%s=1 but not %s=1: this test runs in the rootless pass's second phase, outside the delegated subtree", RootlessEnv, RootlessUndelegatedEnv)
 	}
 }

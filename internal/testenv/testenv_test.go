@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -98,6 +99,54 @@ func TestRequireRoot(t *testing.T) {
 		}
 		if r.outcome != want {
 			t.Errorf("HOOKBOX_REQUIRE_ROOT=%q: %s %q, want %s", env, r.outcome, r.msg, want)
+		}
+	}
+}
+
+func TestUnmet(t *testing.T) {
+	t.Setenv(IntegrationEnv, "")
+	if r := gate(func(tb testing.TB) { Unmet(tb, "tracer", "no BPF") }); r.outcome != "skip" || !strings.HasPrefix(r.msg, "requirement tracer: no BPF (set HOOKBOX_INTEGRATION=1") {
+		t.Errorf("outside: %s %q", r.outcome, r.msg)
+	}
+	t.Setenv(IntegrationEnv, "1")
+	if r := gate(func(tb testing.TB) { Unmet(tb, "tracer", "no BPF") }); r.outcome != "fail" || r.msg != "requirement tracer: no BPF (HOOKBOX_INTEGRATION=1 demands it)" {
+		t.Errorf("under HOOKBOX_INTEGRATION=1: %s %q", r.outcome, r.msg)
+	}
+}
+
+func TestMissingBuildkit(t *testing.T) {
+	t.Setenv(RequireBuildkitEnv, "")
+	if r := gate(func(tb testing.TB) { MissingBuildkit(tb, "no buildkitd") }); r.outcome != "skip" || r.msg != "no buildkitd" {
+		t.Errorf("outside: %s %q", r.outcome, r.msg)
+	}
+	t.Setenv(RequireBuildkitEnv, "1")
+	if r := gate(func(tb testing.TB) { MissingBuildkit(tb, "no buildkitd") }); r.outcome != "fail" || r.msg != "no buildkitd (HOOKBOX_REQUIRE_BUILDKIT=1 demands it)" {
+		t.Errorf("under HOOKBOX_REQUIRE_BUILDKIT=1: %s %q", r.outcome, r.msg)
+	}
+}
+
+func TestRequireRootlessUndelegated(t *testing.T) {
+	// The rootless pass runs as a non-root user: as root, inside it fails.
+	asRoot := os.Geteuid() == 0
+	both := "run"
+	if asRoot {
+		both = "fail"
+	}
+	for _, tc := range []struct {
+		rootless, undelegated, want, msgHas string
+	}{
+		{"", "", "skip", "make test-rootless"},
+		{"", "1", "skip", "make test-rootless"},
+		{"1", "", "fail", ""},
+		{"1", "1", both, ""},
+	} {
+		if tc.want == "fail" && !asRoot {
+			tc.msgHas = "HOOKBOX_ROOTLESS_UNDELEGATED=1"
+		}
+		t.Setenv(RootlessEnv, tc.rootless)
+		t.Setenv(RootlessUndelegatedEnv, tc.undelegated)
+		if r := gate(RequireRootlessUndelegated); r.outcome != tc.want || !strings.Contains(r.msg, tc.msgHas) {
+			t.Errorf("HOOKBOX_ROOTLESS=%q HOOKBOX_ROOTLESS_UNDELEGATED=%q: %s %q, want %s with %q", tc.rootless, tc.undelegated, r.outcome, r.msg, tc.want, tc.msgHas)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestTeardownTree(t *testing.T) {
 		// Only the v1 hierarchies: the v1 freezer, signals by pid.
 		{"v1-only", func(t *testing.T, r *Run) {
 			if r.freezerV1 == "" {
-				t.Skip("no v1 freezer hierarchy on this host")
+				testenv.Missing(t, "no v1 freezer hierarchy on this host")
 			}
 			r.Unified = ""
 		}},
@@ -155,7 +156,7 @@ func TestKillAllForkStorm(t *testing.T) {
 		{"opened", func(t *testing.T, r *Run) {}},
 		{"v1-freezer", func(t *testing.T, r *Run) {
 			if r.freezerV1 == "" {
-				t.Skip("no v1 freezer hierarchy on this host")
+				testenv.Missing(t, "no v1 freezer hierarchy on this host")
 			}
 			r.Unified = ""
 		}},
@@ -375,6 +376,25 @@ func TestRemoveBusy(t *testing.T) {
 	}
 }
 
+// countLoop writes ever larger numbers to the file $1, as fast as it can.
+const countLoop = `i=0; while :; do i=$((i+1)); echo $i > "$1"; done`
+
+// startTwin runs countLoop on file outside any test cgroup until stop is
+// called or the test ends.
+func startTwin(t *testing.T, file string) (stop func()) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", countLoop, "twin", file)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop = sync.OnceFunc(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	t.Cleanup(stop)
+	return stop
+}
+
 // While KillAll holds the cgroup frozen nothing in it runs, and thawing
 // lets it run again.
 func TestFreezeStopsTree(t *testing.T) {
@@ -384,13 +404,13 @@ func TestFreezeStopsTree(t *testing.T) {
 	}{
 		{"cgroup2", func(t *testing.T, r *Run) {
 			if r.Unified == "" {
-				t.Skip("no cgroup2 hierarchy on this host")
+				testenv.Missing(t, "no cgroup2 hierarchy on this host")
 			}
 			r.freezerV1 = ""
 		}},
 		{"v1", func(t *testing.T, r *Run) {
 			if r.freezerV1 == "" {
-				t.Skip("no v1 freezer hierarchy on this host")
+				testenv.Missing(t, "no v1 freezer hierarchy on this host")
 			}
 			r.Unified = ""
 		}},
@@ -403,14 +423,24 @@ func TestFreezeStopsTree(t *testing.T) {
 				t.Fatal(err)
 			}
 			v.view(t, r)
-			counter := filepath.Join(t.TempDir(), "counter")
-			cg.start(t, "", `i=0; while :; do i=$((i+1)); echo $i > "$1"; done`, counter)
+			dir := t.TempDir()
+			counter, twin := filepath.Join(dir, "counter"), filepath.Join(dir, "twin")
+			cg.start(t, "", countLoop, counter)
 			size := func() string { data, _ := os.ReadFile(counter); return string(data) }
 			eventually(t, "the counter runs", func() bool { return size() != "" })
 
 			thaw := r.freeze()
 			frozen := size()
-			time.Sleep(100 * time.Millisecond)
+			// The window is measured in iterations of the same loop outside
+			// the cgroup, not in wall time: once its twin has counted a
+			// thousand, the counter would have moved had it run.
+			stopTwin := startTwin(t, twin)
+			eventually(t, "the twin outside the cgroup counts to 1000", func() bool {
+				data, _ := os.ReadFile(twin)
+				n, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+				return n >= 1000
+			})
+			stopTwin()
 			if now := size(); now != frozen {
 				t.Fatalf("counter moved from %q to %q while frozen", frozen, now)
 			}
