@@ -77,6 +77,7 @@ fuzz:
 	$(GO) test ./compiler/shellwords/ -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./compiler/shellwords/ -run '^$$' -fuzz '^FuzzJoinRoundTrip$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./render/canonjson/ -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./render/canonjson/ -run '^$$' -fuzz '^FuzzMarshal$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./secrets/ -run '^$$' -fuzz '^FuzzParseLookup$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./render/verify/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ebpf/ -run '^$$' -fuzz '^FuzzDecodeEvent$$' -fuzztime $(FUZZTIME)
