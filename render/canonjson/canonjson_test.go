@@ -15,6 +15,9 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 func TestCanonicalize(t *testing.T) {
@@ -55,10 +58,10 @@ func TestCanonicalize(t *testing.T) {
 	}
 }
 
-// TestCompareUTF16 checks the key order against a direct comparison of
-// UTF-16 encodings, over strings mixing ASCII, BMP above the surrogates and
+// TestKeyOrderUTF16 checks the key order against a direct comparison of
+// UTF-16 encodings, over keys mixing ASCII, BMP above the surrogates and
 // characters beyond the BMP.
-func TestCompareUTF16(t *testing.T) {
+func TestKeyOrderUTF16(t *testing.T) {
 	runes := []rune{'a', 'b', 0x7f, 0x80, 0xd7ff, 0xe000, 0xfb33, 0xffff, 0x10000, 0x1f600, 0x10ffff}
 	r := rand.New(rand.NewPCG(3, 4))
 	random := func() string {
@@ -70,9 +73,31 @@ func TestCompareUTF16(t *testing.T) {
 	}
 	for range 5000 {
 		a, b := random(), random()
-		want := slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
-		if got := compareUTF16(a, b); got != want {
-			t.Fatalf("compareUTF16(%q, %q) = %d, want %d", a, b, got, want)
+		if a == b {
+			continue
+		}
+		want := []string{a, b}
+		if slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b))) > 0 {
+			want = []string{b, a}
+		}
+		in, _ := json.Marshal(map[string]int{a: 1, b: 2})
+		got, err := Canonicalize(in)
+		if err != nil {
+			t.Fatalf("Canonicalize(%q): %v", in, err)
+		}
+		var keys []string
+		dec := json.NewDecoder(bytes.NewReader(got))
+		for dec.More() || len(keys) == 0 {
+			tok, err := dec.Token()
+			if err != nil {
+				t.Fatalf("reading %q: %v", got, err)
+			}
+			if k, ok := tok.(string); ok {
+				keys = append(keys, k)
+			}
+		}
+		if !slices.Equal(keys, want) {
+			t.Fatalf("Canonicalize(%q) orders keys %q, want %q", in, keys, want)
 		}
 	}
 }
@@ -166,8 +191,9 @@ func TestNumbers(t *testing.T) {
 	}
 }
 
-// TestFormatES checks the number vectors of RFC 8785 Appendix B.
-func TestFormatES(t *testing.T) {
+// TestNumberVectors checks the number vectors of RFC 8785 Appendix B, as Go
+// float64 values and as JSON literals.
+func TestNumberVectors(t *testing.T) {
 	tests := []struct {
 		bits uint64
 		want string
@@ -199,14 +225,19 @@ func TestFormatES(t *testing.T) {
 	}
 	for _, tt := range tests {
 		f := math.Float64frombits(tt.bits)
-		got, err := formatES(f)
-		if err != nil || got != tt.want {
-			t.Errorf("formatES(%#016x = %v) = %s, %v; want %s", tt.bits, f, got, err, tt.want)
+		got, err := Marshal(f)
+		if err != nil || string(got) != tt.want {
+			t.Errorf("Marshal(%#016x = %v) = %s, %v; want %s", tt.bits, f, got, err, tt.want)
+		}
+		lit := strconv.FormatFloat(f, 'e', -1, 64)
+		got, err = Canonicalize([]byte(lit))
+		if err != nil || string(got) != tt.want {
+			t.Errorf("Canonicalize(%s) = %s, %v; want %s", lit, got, err, tt.want)
 		}
 	}
 	for _, f := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
-		if _, err := formatES(f); !errors.Is(err, ErrNumber) {
-			t.Errorf("formatES(%v): err = %v, want ErrNumber", f, err)
+		if _, err := Marshal(f); !errors.Is(err, ErrNumber) {
+			t.Errorf("Marshal(%v): err = %v, want ErrNumber", f, err)
 		}
 	}
 }
@@ -229,7 +260,7 @@ func TestMarshalFloatIsJCS(t *testing.T) {
 	}
 	for _, f := range values {
 		got, err := Marshal(f)
-		want, _ := formatES(f)
+		want, _ := refFormatES(f) // the ECMAScript form
 		if err != nil || string(got) != want {
 			t.Fatalf("Marshal(%v) = %s, %v; want %s", f, got, err, want)
 		}
@@ -237,6 +268,7 @@ func TestMarshalFloatIsJCS(t *testing.T) {
 }
 
 func TestCanonicalizeRefused(t *testing.T) {
+	const maxDepth = 10000 // the documented nesting limit
 	deep := strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1)
 	tests := []struct {
 		name, in string
@@ -274,9 +306,9 @@ func TestCanonicalizeRefused(t *testing.T) {
 			t.Errorf("%s: Canonicalize(%.40q) = %s, %v; want %v", tt.name, tt.in, got, err, tt.want)
 		}
 	}
-	ok := strings.Repeat("[", 100) + strings.Repeat("]", 100)
+	ok := strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth)
 	if _, err := Canonicalize([]byte(ok)); err != nil {
-		t.Errorf("100 levels of nesting: %v", err)
+		t.Errorf("%d levels of nesting: %v", maxDepth, err)
 	}
 }
 
@@ -321,6 +353,14 @@ func TestMarshalRefused(t *testing.T) {
 		{"Inf", []float64{math.Inf(1)}, ErrNumber},
 		{"channel", make(chan int), ErrUnsupported},
 		{"duplicate in raw", json.RawMessage(`{"a":1,"a":2}`), ErrDuplicateKey},
+		// Invalid text a json.Marshaler writes is refused like a Go string's.
+		{"invalid utf8 in raw", json.RawMessage("\"\xff\""), ErrInvalidUTF8},
+		{"lone surrogate in raw", []json.RawMessage{[]byte(`"\ud800"`)}, ErrInvalidUTF8},
+		{"number beyond float64 in raw", json.RawMessage(`{"n":-1e999}`), ErrNumber},
+		{"named string type", struct{ M mode }{"\xff"}, ErrInvalidUTF8},
+		{"float32", float32(math.Inf(-1)), ErrNumber},
+		{"cycle", cycle(), ErrUnsupported},
+		{"failing Marshaler", failing{}, ErrUnsupported},
 	}
 	for _, tt := range tests {
 		got, err := Marshal(tt.v)
@@ -328,6 +368,18 @@ func TestMarshalRefused(t *testing.T) {
 			t.Errorf("%s: Marshal = %s, %v; want %v", tt.name, got, err, tt.want)
 		}
 	}
+}
+
+type mode string
+
+type failing struct{}
+
+func (failing) MarshalJSON() ([]byte, error) { return nil, errors.New("cannot encode") }
+
+func cycle() any {
+	m := map[string]any{}
+	m["self"] = m
+	return m
 }
 
 func TestDigest(t *testing.T) {
@@ -435,6 +487,10 @@ func sameJSON(a, b any) bool {
 	return a == b
 }
 
+// FuzzCanonicalize is a differential test: on any input, Canonicalize and
+// the implementation it replaced (reference_test.go) accept the same inputs,
+// write the same bytes, and refuse with the same sentinel unless the input
+// has several defects (see severalDefects).
 func FuzzCanonicalize(f *testing.F) {
 	for _, s := range []string{
 		`null`, `true`, `0`, `-0`, `-0.0`, `1e21`, `1E-7`, `1.50`, `9007199254740993`,
@@ -442,20 +498,162 @@ func FuzzCanonicalize(f *testing.F) {
 		`{"b":1,"a":{"d":[1,2,{"c":null}]}}`, `{"a":1,"a":2}`, `{"a":1,"\u0061":2}`,
 		`{"\u20ac":1,"\ud83d\ude00":2,"\ufb33":3}`, `"\ud800"`, `"\udc00\ud800"`,
 		`"\u0000\u001f\b\f\n\r\t\"\\\/<>&\u2028"`, "\"\xff\"", `[1,]`, `{} x`, ` [ ] `,
-		`[[[[[]]]]]`, `{"":""}`, `"\ufffd"`,
+		`[[[[[]]]]]`, `{"":""}`, `"\ufffd"`, `-1.7976931348623157e308`, `[1.7976931348623159e308]`,
+		// Several defects: the two implementations look in different orders.
+		`{"a":0,"a"0}`, `[{"a":1,"a":2} x`, `{"a":1,"a":"\ud800"}`, `[{"a":1,"a":2},1e999]`, `["\ud800",]`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, err := Canonicalize(in)
+		want, refErr := refCanonicalize(in)
 		if err != nil {
-			for _, sentinel := range []error{ErrInvalidJSON, ErrInvalidUTF8, ErrDuplicateKey, ErrNumber} {
-				if errors.Is(err, sentinel) {
-					return
-				}
+			if sentinelOf(err) == nil {
+				t.Fatalf("Canonicalize(%q): error wraps no sentinel: %v", in, err)
 			}
-			t.Fatalf("Canonicalize(%q): error wraps no sentinel: %v", in, err)
+			if refErr == nil {
+				t.Fatalf("Canonicalize(%q): %v; the reference accepts it as %q", in, err, want)
+			}
+			if sentinelOf(err) != sentinelOf(refErr) && !severalDefects(in, err) {
+				t.Fatalf("Canonicalize(%q): %v; the reference: %v", in, err, refErr)
+			}
+			return
+		}
+		if refErr != nil {
+			t.Fatalf("Canonicalize(%q) = %q; the reference refuses it: %v", in, out, refErr)
+		}
+		if !bytes.Equal(out, want) {
+			t.Fatalf("Canonicalize(%q) = %q; the reference writes %q", in, out, want)
 		}
 		checkCanonical(t, in, out)
 	})
+}
+
+// severalDefects reports whether in has more than one defect, so that the
+// reference, which looks for them in another order, may name another one
+// than err does. Input that is not well-formed JSON must be ErrInvalidJSON
+// (the reference may report a lone surrogate or a duplicate key it met
+// first); well-formed input may have both a duplicate key and a number
+// beyond float64, of which each implementation reports the one it meets
+// first.
+func severalDefects(in []byte, err error) bool {
+	lenient := jsontext.Value(in).IsValid(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if !lenient {
+		return errors.Is(err, ErrInvalidJSON)
+	}
+	return !jsontext.Value(in).IsValid(jsontext.AllowInvalidUTF8(true)) && hasFloatBeyondRange(in)
+}
+
+// hasFloatBeyondRange reports whether well-formed in has a number literal
+// with a fraction or exponent beyond the float64 range.
+func hasFloatBeyondRange(in []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(in))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if n, ok := tok.(json.Number); ok && strings.ContainsAny(string(n), ".eE") {
+			if _, err := strconv.ParseFloat(string(n), 64); err != nil {
+				return true
+			}
+		}
+	}
+}
+
+// sentinelOf returns the package sentinel err wraps, or nil.
+func sentinelOf(err error) error {
+	for _, sentinel := range []error{ErrInvalidJSON, ErrInvalidUTF8, ErrDuplicateKey, ErrNumber, ErrUnsupported} {
+		if errors.Is(err, sentinel) {
+			return sentinel
+		}
+	}
+	return nil
+}
+
+// FuzzMarshal is the differential test of Marshal: Go values built from the
+// fuzzer's strings and numbers (invalid UTF-8 included) encode as the
+// implementation it replaced encodes them, or both refuse with the same
+// sentinel.
+func FuzzMarshal(f *testing.F) {
+	f.Add("k", "v", 1.5, int64(-3), uint64(1)<<63, []byte(`{"b":[1e21]}`))
+	f.Add("\xff", "a\xc3", math.Copysign(0, -1), int64(0), uint64(0), []byte(`"\ud800"`))
+	f.Add("<&>", "\u2028\ufffd", 1e-7, int64(math.MaxInt64), uint64(math.MaxUint64), []byte(`{"a":1,"a":2}`))
+	f.Fuzz(func(t *testing.T, key, text string, f float64, i int64, u uint64, raw []byte) {
+		type inner struct {
+			Text  string  `json:"text,omitempty"`
+			Float float64 `json:"float"`
+		}
+		v := map[string]any{
+			key:     text,
+			"list":  []any{text, f, i, u, nil, true, []string(nil)},
+			"inner": &inner{Text: text, Float: f},
+			"keyed": map[string]int64{key: i, text: int64(u >> 1)},
+			"bytes": []byte(text),
+		}
+		if json.Valid(raw) {
+			v["raw"] = json.RawMessage(raw)
+		}
+		got, err := Marshal(v)
+		if !utf8.ValidString(key) || !utf8.ValidString(text) {
+			// Not asked of the reference: it sees invalid UTF-8 only through
+			// the \ufffd escape of encoding/json v1, which v2 does not write.
+			if !errors.Is(err, ErrInvalidUTF8) && !(errors.Is(err, ErrNumber) && !isFinite(f)) {
+				t.Fatalf("Marshal(%#v) = %q, %v; want ErrInvalidUTF8", v, got, err)
+			}
+			return
+		}
+		want, refErr := refMarshal(v)
+		if (err == nil) != (refErr == nil) || sentinelOf(err) != sentinelOf(refErr) {
+			t.Fatalf("Marshal(%#v) = %q, %v; the reference: %q, %v", v, got, err, want, refErr)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("Marshal(%#v) = %q; the reference writes %q", v, got, want)
+		}
+	})
+}
+
+func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// TestMarshalLikeEncodingJSON checks Go types whose encoding encoding/json
+// defines in its own way, against the implementation Marshal replaced.
+func TestMarshalLikeEncodingJSON(t *testing.T) {
+	type tagged struct {
+		Omitted  string            `json:",omitempty"`
+		Renamed  int               `json:"renamed"`
+		Stringed int64             `json:"stringed,string"`
+		Skipped  string            `json:"-"`
+		Dash     string            `json:"-,"`
+		Ptr      *int              `json:"ptr"`
+		Any      any               `json:"any"`
+		NilMap   map[string]string `json:"nil_map"`
+		NilSlice []int             `json:"nil_slice"`
+		Array    [2]bool           `json:"array"`
+		F32      float32           `json:"f32"`
+		private  string
+	}
+	type embedded struct {
+		tagged
+		Renamed string `json:"renamed"` // shadows the embedded field
+	}
+	values := []any{
+		json.Number("12.50"), json.Number(""), json.Number("-0"), []json.Number{"1e3", "7"},
+		map[int]string{2: "b", 10: "a", -1: "c"},
+		map[json.Number]bool{"1": true},
+		tagged{Renamed: 1, Stringed: 1 << 60, Skipped: "x", Dash: "d", F32: 0.1, private: "p"},
+		embedded{tagged: tagged{Renamed: 2, Any: []any{1.0, "x"}}, Renamed: "outer"},
+		[]byte{0, 0xff}, json.RawMessage(`[ 1 , {"b":null,"a":0.10} ]`),
+		struct{ A, B any }{A: uint64(math.MaxUint64), B: uint8(7)},
+	}
+	for _, v := range values {
+		got, err := Marshal(v)
+		want, refErr := refMarshal(v)
+		if err != nil || refErr != nil || !bytes.Equal(got, want) {
+			t.Errorf("Marshal(%#v) = %s, %v; the reference: %s, %v", v, got, err, want, refErr)
+		}
+	}
+	if _, err := Marshal(json.Number("1x")); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("Marshal(json.Number(1x)): err = %v, want ErrUnsupported", err)
+	}
 }
