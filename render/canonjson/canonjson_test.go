@@ -620,10 +620,11 @@ func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 // defines in its own way, against the implementation Marshal replaced.
 func TestMarshalLikeEncodingJSON(t *testing.T) {
 	type tagged struct {
-		Omitted  string            `json:",omitempty"`
-		Renamed  int               `json:"renamed"`
-		Stringed int64             `json:"stringed,string"`
-		Skipped  string            `json:"-"`
+		Omitted  string `json:",omitempty"`
+		Renamed  int    `json:"renamed"`
+		Stringed int64  `json:"stringed,string"`
+		Skipped  string `json:"-"`
+		//lint:ignore SA5008 a field named "-" is exactly the encoding/json rule under test
 		Dash     string            `json:"-,"`
 		Ptr      *int              `json:"ptr"`
 		Any      any               `json:"any"`
