@@ -744,7 +744,7 @@ func TestManagedContainerd(t *testing.T) {
 		"HOOKBOX_SYSTEM_CONTAINERD_ADDRESS=/run/hookbox-test-no-containerd.sock", "HOOKBOX_RUNTIME_DIR=" + runtimeDir}
 	status := func() (running bool, pid int) {
 		t.Helper()
-		out, err := e.command(context.Background(), "daemon", "status", "--state-dir", e.state).Output()
+		out, err := e.command(context.Background(), "daemon", "status", "--json", "--state-dir", e.state).Output()
 		if err != nil {
 			t.Fatalf("daemon status: %v", err)
 		}

@@ -18,21 +18,38 @@ import (
 	"hookbox.dev/hookbox/runfiles"
 )
 
+// hostFlags are the persistent flags every command shares: where hookbox
+// keeps its state and cache, and which containerd it talks to.
+type hostFlags struct{ stateDir, cacheDir, address string }
+
 func newRootCommand() *cobra.Command {
+	h := &hostFlags{}
 	root := &cobra.Command{
 		Use:           "hookbox",
 		Short:         "Run AI coding agent spawns in containers and prove what ran",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Args:          cobra.ArbitraryArgs,
+		// An unknown command is a usage error (exit 2) like any other.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("unknown command %q: hookbox --help lists the commands", args[0])}
+			}
+			return cmd.Help()
+		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRenderCommand(), newRootlessCommand(), newTracerCommand(), newRunCommand(), newVerifyCommand(), newGCCommand(), newPsCommand(), newLogsCommand(),
-		newDoctorCommand(), newDaemonCommand(), newSchemaCommand(), newImageCommand(), newVersionCommand())
+	pf := root.PersistentFlags()
+	pf.StringVar(&h.stateDir, "state-dir", "", "run records and the managed containerd (default /var/lib/hookbox as root, else $XDG_STATE_HOME/hookbox); also the runfiles store unless --cache-dir is given")
+	pf.StringVar(&h.cacheDir, "cache-dir", "", "runfiles store (default --state-dir if given, else /var/cache/hookbox as root, else $XDG_CACHE_HOME/hookbox)")
+	pf.StringVar(&h.address, "address", "", "containerd socket (default $HOOKBOX_CONTAINERD_ADDRESS, then /run/containerd/containerd.sock, else a managed containerd)")
+	root.AddCommand(newRenderCommand(h), newRootlessCommand(), newTracerCommand(), newRunCommand(h), newVerifyCommand(h), newGCCommand(h), newPsCommand(h), newLogsCommand(h),
+		newDoctorCommand(h), newDaemonCommand(h), newSchemaCommand(), newImageCommand(h), newVersionCommand())
 	return root
 }
 
-func newRenderCommand() *cobra.Command {
-	var format, spawn, stateDir, cacheDir string
+func newRenderCommand(h *hostFlags) *cobra.Command {
+	var format, spawn string
 	var withRunfiles bool
 	var sets []string
 	var kube k8sFlags
@@ -52,8 +69,14 @@ Job that runs the same argv in the same read-only layout (README "Review
 pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			stateDir, cacheDir := h.stateDir, h.cacheDir
 			if format != "json" && format != "text" && format != "oci" && format != "k8s" {
 				return usageError{fmt.Errorf("--format %q: use json, text, oci or k8s", format)}
+			}
+			if format != "k8s" {
+				if err := refuseK8sFlags(cmd.Flags(), format); err != nil {
+					return err
+				}
 			}
 			params, err := compiler.ParseSetFlags(sets)
 			if err != nil {
@@ -91,9 +114,8 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "NAME=VALUE: fill the spec's template slot NAME (repeatable)")
 	kube.register(cmd.Flags())
 	cmd.Flags().StringVar(&spawn, "spawn", "", "print only the spawn with this name")
+	cmd.RegisterFlagCompletionFunc("spawn", completeSpawnNames)
 	cmd.Flags().BoolVar(&withRunfiles, "runfiles", false, "assemble the runfiles and include their manifest")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "runfiles store, as for hookbox run (--cache-dir wins)")
-	cmd.Flags().StringVar(&cacheDir, "cache-dir", "", "runfiles store (default /var/cache/hookbox as root, else $XDG_CACHE_HOME/hookbox)")
 	return cmd
 }
 

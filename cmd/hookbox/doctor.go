@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -10,30 +11,37 @@ import (
 	"hookbox.dev/hookbox/tracehelper"
 )
 
-func newDoctorCommand() *cobra.Command {
+func newDoctorCommand(h *hostFlags) *cobra.Command {
 	var jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Report what this host can do (containerd, runc, cgroups, overlayfs, tracefs, BTF, BPF, user namespaces, rootless)",
+		Short: "Report what this host can do (containerd, runc, cgroups, overlayfs, tracefs, BTF, BPF, user namespaces, rootless); exit 120 if a check fails",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			report := doctor.Run(cmd.Context(), doctor.Options{TracerSocket: tracehelper.SocketPath()})
+			report := doctor.Run(cmd.Context(), doctor.Options{Address: h.address, StateDir: h.stateDir,
+				RuntimeDir: os.Getenv(envRuntimeDir), TracerSocket: tracehelper.SocketPath()})
 			out := cmd.OutOrStdout()
 			if jsonOut {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(report)
-			}
-			for _, c := range report.Checks {
-				line := fmt.Sprintf("%-5s %-22s %s", c.Status, c.Name, c.Detail)
-				if c.Fix != "" {
-					line += "  → " + c.Fix
+				if err := json.NewEncoder(out).Encode(report); err != nil {
+					return err
 				}
-				fmt.Fprintln(out, line)
+			} else {
+				for _, c := range report.Checks {
+					line := fmt.Sprintf("%-5s %-22s %s", c.Status, c.Name, c.Detail)
+					if c.Fix != "" {
+						line += "  → " + c.Fix
+					}
+					fmt.Fprintln(out, line)
+				}
+			}
+			// A failed check means runs cannot work here: the same code as
+			// a run's infrastructure error.
+			if report.Worst() == doctor.Fail {
+				return exitError{exitInfra, "a check failed; each failed check above says how to fix it"}
 			}
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the report as one JSON object")
 	return cmd
 }

@@ -29,12 +29,12 @@ func containerdAddress(flag string) string {
 	return defaultContainerdAddress
 }
 
-func newImageCommand() *cobra.Command {
+func newImageCommand(h *hostFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "image",
 		Short: "Build the base image (no executables; every program is a runfile)",
 	}
-	var address, buildkitAddr, layoutFile string
+	var buildkitAddr, layoutFile string
 	build := &cobra.Command{
 		Use:   "build",
 		Short: "Build the base image and import it into containerd",
@@ -45,6 +45,7 @@ containerd's image store. --oci-layout FILE writes the OCI layout tar instead
 of importing it.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			address := h.address
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
 			def, err := images.HostDefinition()
@@ -106,7 +107,6 @@ of importing it.`,
 			return nil
 		},
 	}
-	build.Flags().StringVar(&address, "address", "", "containerd socket (default $HOOKBOX_CONTAINERD_ADDRESS or "+defaultContainerdAddress+")")
 	build.Flags().StringVar(&buildkitAddr, "buildkit", "", "solve the LLB definition on this buildkitd (e.g. unix:///run/buildkit/buildkitd.sock)")
 	build.Flags().StringVar(&layoutFile, "oci-layout", "", "write the OCI image layout tar to this file instead of importing it")
 	cmd.AddCommand(build)

@@ -222,3 +222,45 @@ func TestRenderRunfilesDigest(t *testing.T) {
 		t.Error("a changed engine binary must change the render digest")
 	}
 }
+
+// TestCLIConventions: usage mistakes exit 2 whatever the command, flags
+// shared by every command are persistent, and a failed doctor check is not
+// a success.
+func TestCLIConventions(t *testing.T) {
+	state := t.TempDir()
+	for _, args := range [][]string{
+		{"nope"},
+		{"render", "--format", "text", "--ttl", "5m", "../../examples/hello.yaml"},
+		{"render", "--format", "json", "--namespace", "ci", "../../examples/hello.yaml"},
+		{"run", "--set", "no-equals-sign", "../../examples/hello.yaml"},
+		{"run", "--set", "a=1", "--set", "a=2", "../../examples/hello.yaml"},
+	} {
+		if code, _, stderr := runCLI(t, args...); code != exitSpec {
+			t.Errorf("%v: exit %d, want %d (%s)", args, code, exitSpec, stderr)
+		}
+	}
+	// --state-dir before or after the command name means the same.
+	for _, args := range [][]string{{"--state-dir", state, "ps"}, {"ps", "--state-dir", state}} {
+		code, stdout, stderr := runCLI(t, args...)
+		if code != 0 || !strings.HasPrefix(stdout, "RUN") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	code, stdout, _ := runCLI(t, "doctor", "--json", "--address", filepath.Join(t.TempDir(), "none.sock"))
+	if code != exitInfra {
+		t.Errorf("doctor with an unreachable --address: exit %d, want %d", code, exitInfra)
+	}
+	if strings.Count(strings.TrimSpace(stdout), "\n") != 0 || !json.Valid([]byte(stdout)) {
+		t.Errorf("--json prints one JSON value on one line, got %q", stdout)
+	}
+}
+
+// TestCompletion: --spawn completes the spawns of the spec given so far.
+func TestCompletion(t *testing.T) {
+	_, stdout, _ := runCLI(t, "__complete", "run", "../../examples/pipeline.yaml", "--set", "pr=1", "--set", "ref=x", "--spawn", "")
+	for _, want := range []string{"review-security", "review-tests", "review-docs"} {
+		if !strings.Contains(stdout, want+"\n") {
+			t.Errorf("--spawn completion lacks %s:\n%s", want, stdout)
+		}
+	}
+}

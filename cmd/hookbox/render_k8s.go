@@ -33,6 +33,20 @@ func (f *k8sFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.ttl, "ttl", k8s.DefaultTTLSeconds*time.Second, "k8s: how long a finished Job is kept")
 }
 
+// k8sOnlyFlags are the flags register adds; they mean nothing to other
+// formats, so giving one there is refused rather than ignored.
+var k8sOnlyFlags = []string{"image", "runfiles-image", "seed-image", "workspace-claim", "secret-name", "host-env-configmap", "namespace", "ttl"}
+
+// refuseK8sFlags refuses any k8s-only flag set on a render of another format.
+func refuseK8sFlags(fs *pflag.FlagSet, format string) error {
+	for _, name := range k8sOnlyFlags {
+		if fs.Changed(name) {
+			return usageError{fmt.Errorf("--%s applies to --format k8s only, not --format %s: remove it or add --format k8s", name, format)}
+		}
+	}
+	return nil
+}
+
 // options turns the flags into k8s.Options; without --image the engine
 // image is the base image this host builds (images.HostDefinition).
 func (f *k8sFlags) options() (k8s.Options, error) {

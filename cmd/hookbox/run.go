@@ -45,12 +45,13 @@ type exitError struct {
 
 func (e exitError) Error() string { return e.msg }
 
-func newRunCommand() *cobra.Command {
-	var spawn, address, stateDir, cacheDir string
+func newRunCommand(h *hostFlags) *cobra.Command {
+	var spawn string
 	var jsonOut, requireTrace, noNotify, rootlessFlag bool
 	var grace, notifyTimeout time.Duration
 	var notifyArgv string
 	var traceRingSize int
+	var sets []string
 	cmd := &cobra.Command{
 		Use:   "run SPEC",
 		Short: "Run a spawn in a container and record the run",
@@ -70,7 +71,12 @@ section; it never changes the run's status or exit code, and a notify
 configuration error is reported there instead of failing the run.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			parsed, err := compiler.ReadFile(args[0])
+			address, stateDir, cacheDir := h.address, h.stateDir, h.cacheDir
+			params, err := compiler.ParseSetFlags(sets)
+			if err != nil {
+				return usageError{err}
+			}
+			parsed, err := compiler.ReadFileWithOptions(args[0], compiler.ParseOptions{Params: params})
 			if err != nil {
 				return err
 			}
@@ -108,9 +114,8 @@ configuration error is reported there instead of failing the run.`,
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
-	cmd.Flags().StringVar(&address, "address", "", "containerd socket (default $HOOKBOX_CONTAINERD_ADDRESS, then /run/containerd/containerd.sock, else a managed containerd)")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "run records (default /var/lib/hookbox as root, else $XDG_STATE_HOME/hookbox), and the runfiles store unless --cache-dir is given")
-	cmd.Flags().StringVar(&cacheDir, "cache-dir", "", "runfiles store (default --state-dir if given, else /var/cache/hookbox as root, else $XDG_CACHE_HOME/hookbox)")
+	cmd.RegisterFlagCompletionFunc("spawn", completeSpawnNames)
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "NAME=VALUE: fill the spec's template slot NAME (repeatable), as for hookbox render")
 	cmd.Flags().BoolVar(&rootlessFlag, "rootless", false, "use the rootless backend (the default when not root): a rootless containerd under RootlessKit")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
 	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
@@ -192,15 +197,14 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 	return exitError{code, fmt.Sprintf("run %s: %s", res.RunID, res.Status)}
 }
 
-// daemonOptions: HOOKBOX_SYSTEM_CONTAINERD_ADDRESS replaces the system
-// socket hookbox probes before a managed daemon, and HOOKBOX_RUNTIME_DIR the
-// runtime directory of that managed daemon (tests, unusual hosts).
+// daemonOptions are the daemon package's options for a command, with the
+// environment's overrides (envSystemAddress, envRuntimeDir).
 func daemonOptions(autoStart bool, stateDir string, progress func(string)) daemon.Options {
 	return daemon.Options{
 		AutoStart:     autoStart,
 		StateDir:      stateDir,
-		RuntimeDir:    os.Getenv("HOOKBOX_RUNTIME_DIR"),
-		SystemAddress: os.Getenv("HOOKBOX_SYSTEM_CONTAINERD_ADDRESS"),
+		RuntimeDir:    os.Getenv(envRuntimeDir),
+		SystemAddress: os.Getenv(envSystemAddress),
 		Progress:      progress,
 	}
 }
@@ -209,7 +213,7 @@ func progressLine(w io.Writer, quiet bool, phase, detail string) {
 	if quiet {
 		return
 	}
-	if f, ok := w.(*os.File); ok && !term.IsTerminal(int(f.Fd())) && os.Getenv("HOOKBOX_PROGRESS") == "" {
+	if f, ok := w.(*os.File); ok && !term.IsTerminal(int(f.Fd())) && os.Getenv(envProgress) == "" {
 		return
 	}
 	fmt.Fprintf(w, "hookbox: %-10s %s\n", phase, detail)

@@ -18,14 +18,14 @@ import (
 	"hookbox.dev/hookbox/launcher/rootless"
 )
 
-func newGCCommand() *cobra.Command {
-	var address, stateDir string
+func newGCCommand(h *hostFlags) *cobra.Command {
 	var dryRun, jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove what abandoned runs left behind (processes, containers, snapshots, tmpfs, cgroups)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			address, stateDir := h.address, h.stateDir
 			// Rootless: what runs left (tmpfs mounts, containers) lives in
 			// RootlessKit's namespaces, so gc runs there too.
 			inner, isInner := rootless.Inner()
@@ -73,19 +73,17 @@ func newGCCommand() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only print what would be removed")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the report as JSON")
-	cmd.Flags().StringVar(&address, "address", "", "containerd socket")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory")
 	return cmd
 }
 
-func newPsCommand() *cobra.Command {
-	var stateDir string
+func newPsCommand(h *hostFlags) *cobra.Command {
 	var jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "ps",
 		Short: "List run records, newest first",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stateDir := h.stateDir
 			runs, err := launcher.ListRuns(stateDirOr(stateDir))
 			if err != nil {
 				return err
@@ -107,18 +105,18 @@ func newPsCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory")
 	return cmd
 }
 
-func newLogsCommand() *cobra.Command {
-	var stateDir string
+func newLogsCommand(h *hostFlags) *cobra.Command {
 	var stderr bool
 	cmd := &cobra.Command{
-		Use:   "logs RUN",
-		Short: "Print a run's recorded stdout (or --stderr)",
-		Args:  exactArgs(1),
+		Use:               "logs RUN",
+		ValidArgsFunction: completeRunIDs(h),
+		Short:             "Print a run's recorded stdout (or --stderr)",
+		Args:              exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			stateDir := h.stateDir
 			name := launcher.StdoutFile
 			if stderr {
 				name = launcher.StderrFile
@@ -134,12 +132,11 @@ func newLogsCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&stderr, "stderr", false, "print stderr.log instead")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory")
 	return cmd
 }
 
 func managedDaemon(stateDir string) daemon.Managed {
-	runtimeDir := os.Getenv("HOOKBOX_RUNTIME_DIR")
+	runtimeDir := os.Getenv(envRuntimeDir)
 	if runtimeDir == "" {
 		runtimeDir = daemon.DefaultRuntimeDir()
 	}
@@ -149,26 +146,42 @@ func managedDaemon(stateDir string) daemon.Managed {
 	return daemon.ManagedPaths(stateDir, runtimeDir)
 }
 
-func newDaemonCommand() *cobra.Command {
-	var stateDir string
+func newDaemonCommand(h *hostFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "daemon", Short: "Manage hookbox's private containerd"}
-	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", "", "state directory")
+	var jsonOut bool
 	status := &cobra.Command{
-		Use:  "status",
-		Args: exactArgs(0),
+		Use:   "status",
+		Short: "Say whether the managed containerd runs and answers, with its pid, address, version and log",
+		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stateDir := h.stateDir
 			m := managedDaemon(stateDir)
 			st, err := m.Status(cmd.Context())
 			if err != nil {
 				return err
 			}
-			return json.NewEncoder(cmd.OutOrStdout()).Encode(st)
+			out := cmd.OutOrStdout()
+			if jsonOut {
+				return json.NewEncoder(out).Encode(st)
+			}
+			state := "not running"
+			switch {
+			case st.Answering:
+				state = fmt.Sprintf("running, pid %d, containerd %s, up %s", st.PID, st.Version, st.Uptime.Round(time.Second))
+			case st.Running:
+				state = fmt.Sprintf("pid %d alive but not answering", st.PID)
+			}
+			fmt.Fprintf(out, "managed containerd: %s\naddress %s\nconfig  %s\nlog     %s\n", state, st.Address, st.Config, st.Log)
+			return nil
 		},
 	}
+	status.Flags().BoolVar(&jsonOut, "json", false, "print the status as one JSON object")
 	stop := &cobra.Command{
-		Use:  "stop",
-		Args: exactArgs(0),
+		Use:   "stop",
+		Short: "Stop the managed containerd (SIGTERM, then SIGKILL after 10s); runs still using it fail",
+		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stateDir := h.stateDir
 			m := managedDaemon(stateDir)
 			return m.Stop(cmd.Context(), 10*time.Second)
 		},

@@ -16,17 +16,18 @@ import (
 // evidence (README "Exit codes").
 const exitUnchecked = 119
 
-func newVerifyCommand() *cobra.Command {
-	var stateDir string
+func newVerifyCommand(h *hostFlags) *cobra.Command {
 	var jsonOut bool
 	cmd := &cobra.Command{
-		Use:   "verify RUN_DIR|RUN_ID",
-		Short: "Recompute a run's trace verdict offline from its record",
+		Use:               "verify RUN_DIR|RUN_ID",
+		ValidArgsFunction: completeRunIDs(h),
+		Short:             "Recompute a run's trace verdict offline from its record",
 		Long: `Recompute the verdict of a recorded run from render.json, trace.jsonl and
 identities.json, without touching the host. Exit 0 only for confirmed; 124 for
 mismatch; 119 for unchecked.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			stateDir := h.stateDir
 			dir := args[0]
 			if !strings.Contains(dir, "/") {
 				dir = filepath.Join(launcher.RunsDir(stateDirOr(stateDir)), dir)
@@ -60,7 +61,6 @@ mismatch; 119 for unchecked.`,
 			return exitError{exitUnchecked, "verdict: unchecked"}
 		},
 	}
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (for a RUN_ID)")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the verdict as JSON")
 	return cmd
 }
