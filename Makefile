@@ -49,14 +49,16 @@ test:
 test-rootless:
 	bash integration/testdata/rootless.sh
 
-## lint: gofmt, go vet, staticcheck, go.mod tidy, and the committed schema is
-## current (the separate modules tools/buildkitd and k8svalidate excluded)
+## lint: gofmt, go vet, staticcheck, go.mod tidy (and k8svalidate's), and the
+## committed schema is current (tools/buildkitd is a separate module, left out)
+
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@cd k8svalidate && $(GO) mod tidy -diff >/dev/null || { echo "k8svalidate/go.mod is not tidy: cd k8svalidate && go mod tidy"; exit 1; }
 	@$(GO) run ./cmd/hookbox schema | cmp -s - schema/spawn.schema.json || \
 	  { echo "schema/spawn.schema.json is stale: run make schema"; exit 1; }
 

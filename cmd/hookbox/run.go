@@ -236,7 +236,11 @@ func printSummary(w io.Writer, res *launcher.Result) {
 	if res.Error != "" {
 		fmt.Fprintf(w, "hookbox: error    %s\n", res.Error)
 	}
-	fmt.Fprintf(w, "hookbox: trace    %s (%s) %d execs\n", res.Trace.Status, strings.Join(res.Trace.Reasons, ", "), res.Trace.Events)
+	why := ""
+	if len(res.Trace.Reasons) > 0 {
+		why = " (" + strings.Join(res.Trace.Reasons, ", ") + ")"
+	}
+	fmt.Fprintf(w, "hookbox: trace    %s%s %d execs\n", res.Trace.Status, why, res.Trace.Events)
 	if res.Trace.Detail != "" {
 		fmt.Fprintf(w, "hookbox:   why    %s\n", res.Trace.Detail)
 	}
