@@ -51,7 +51,6 @@ test-rootless:
 
 ## lint: gofmt, go vet, staticcheck, go.mod tidy (and k8svalidate's), and the
 ## committed schema is current (tools/buildkitd is a separate module, left out)
-
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi

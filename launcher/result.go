@@ -10,7 +10,7 @@ import (
 )
 
 // Status is a run result's terminal status. Statuses are snake_case and
-// form a closed set; reason ids are kebab-case and open (docs/conventions.md).
+// form a closed set; reason ids are kebab-case and open (docs/cli.md).
 type Status string
 
 // Statuses of a run's result.

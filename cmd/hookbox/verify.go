@@ -38,9 +38,7 @@ mismatch; 119 for unchecked.`,
 			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(v); err != nil {
+				if err := json.NewEncoder(out).Encode(v); err != nil {
 					return err
 				}
 			} else {
