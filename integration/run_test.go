@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -18,8 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher"
@@ -367,7 +364,7 @@ func TestCtrlCTearsDown(t *testing.T) {
 			cmd.Process.Signal(syscall.SIGINT)
 			// The engine dies of teardown's SIGTERM: from then on hookbox is
 			// tearing down, and a second signal must not interrupt it.
-			waitExited(t, initPID, time.Minute)
+			testenv.WaitExited(t, initPID, time.Minute)
 			cmd.Process.Signal(syscall.SIGINT)
 			signalled = true
 		}
@@ -386,32 +383,6 @@ func TestCtrlCTearsDown(t *testing.T) {
 		t.Fatalf("processes survived Ctrl-C: %v", pids)
 	}
 	e.assertNothingLeft(res.RunID)
-}
-
-// waitExited blocks until process pid (not a child) has exited, watching a
-// pidfd, which polls readable then; it fails the test after timeout.
-func waitExited(t *testing.T, pid int, timeout time.Duration) {
-	t.Helper()
-	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return
-	}
-	if err != nil {
-		t.Fatalf("pidfd_open(%d): %v", pid, err)
-	}
-	defer unix.Close(fd)
-	for {
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(timeout.Milliseconds()))
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			t.Fatalf("poll pidfd of %d: %v", pid, err)
-		case n == 0:
-			t.Fatalf("process %d still runs after %v", pid, timeout)
-		}
-		return
-	}
 }
 
 func TestTimeoutHarvestsWhatWasWritten(t *testing.T) {

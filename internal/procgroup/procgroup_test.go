@@ -5,7 +5,6 @@ package procgroup
 import (
 	"bufio"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,35 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"hookbox.dev/hookbox/internal/testenv"
 )
-
-// waitGone fails the test unless process pid (not a child of the test)
-// exits within 2 s. A pidfd polls readable once its process has exited,
-// zombie or reaped.
-func waitGone(t *testing.T, pid int, what string) {
-	t.Helper()
-	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return
-	}
-	if err != nil {
-		t.Fatalf("pidfd_open(%d): %v", pid, err)
-	}
-	defer unix.Close(fd)
-	for {
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 2000)
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			t.Fatalf("poll pidfd of %d: %v", pid, err)
-		case n == 0:
-			t.Fatalf("%s %d outlived the call", what, pid)
-		}
-		return
-	}
-}
 
 func TestTimeoutKillsTheWholeGroup(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "child")
@@ -60,7 +32,7 @@ func TestTimeoutKillsTheWholeGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	child, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-	waitGone(t, child, "the TERM-ignoring child")
+	testenv.WaitExited(t, child, 2*time.Second)
 }
 
 func TestExitedLeaderLeftoversAreKilled(t *testing.T) {
@@ -72,7 +44,7 @@ func TestExitedLeaderLeftoversAreKilled(t *testing.T) {
 	}
 	data, _ := os.ReadFile(pidFile)
 	child, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-	waitGone(t, child, "the leftover of the exited leader")
+	testenv.WaitExited(t, child, 2*time.Second)
 }
 
 func TestCancelAndStartFailure(t *testing.T) {

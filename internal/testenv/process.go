@@ -1,0 +1,36 @@
+package testenv
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// WaitExited blocks until process pid (not necessarily a child of the
+// test) has exited, watching a pidfd, which polls readable once its
+// process has exited, zombie or reaped. It fails the test after timeout.
+func WaitExited(t testing.TB, pid int, timeout time.Duration) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return
+	}
+	if err != nil {
+		t.Fatalf("pidfd_open(%d): %v", pid, err)
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(timeout.Milliseconds()))
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			t.Fatalf("poll pidfd of %d: %v", pid, err)
+		case n == 0:
+			t.Fatalf("process %d still runs after %v", pid, timeout)
+		}
+		return
+	}
+}
