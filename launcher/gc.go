@@ -25,6 +25,7 @@ import (
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/oci"
+	"hookbox.dev/hookbox/render/verify"
 )
 
 // CollectedFile marks a run record whose leftovers gc removed.
@@ -276,7 +277,7 @@ func ListRuns(stateDir string) ([]RunSummary, error) {
 		if data, err := os.ReadFile(filepath.Join(dir, ResultFile)); err == nil {
 			var res Result
 			if json.Unmarshal(data, &res) == nil {
-				s.Status, s.ExitCode = res.Status, res.ExitCode
+				s.Status, s.ExitCode, s.Verdict = res.Status, res.ExitCode, res.Trace.Status
 			}
 		} else if !host.ProcessAlive(intent.HookboxPID, intent.HookboxStart) {
 			s.Status = StatusAbandoned
@@ -289,10 +290,13 @@ func ListRuns(stateDir string) ([]RunSummary, error) {
 
 // RunSummary is one line of `hookbox ps`.
 type RunSummary struct {
-	RunID     string    `json:"run_id"`
-	Spawn     string    `json:"spawn"`
-	Status    Status    `json:"status"`
-	ExitCode  *int      `json:"exit_code,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	RecordDir string    `json:"record_dir"`
+	RunID  string `json:"run_id"`
+	Spawn  string `json:"spawn"`
+	Status Status `json:"status"`
+	// Verdict is the exec verdict of a finished run: a run that completed
+	// but whose trace contradicts its render says mismatch here.
+	Verdict   verify.Status `json:"verdict,omitempty"`
+	ExitCode  *int          `json:"exit_code,omitempty"`
+	CreatedAt time.Time     `json:"created_at"`
+	RecordDir string        `json:"record_dir"`
 }

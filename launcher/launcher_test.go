@@ -1,12 +1,15 @@
 package launcher
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"testing"
 	"time"
 
 	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/verify"
 )
 
 func TestNewRunID(t *testing.T) {
@@ -68,5 +71,30 @@ func TestDecideStatus(t *testing.T) {
 	x.decideStatus(true)
 	if x.result.Status != StatusInfraError {
 		t.Errorf("infra_error was replaced by %s", x.result.Status)
+	}
+}
+
+// TestListRunsShowsVerdict: a run that completed with a contradicted trace
+// is listed with its mismatch, not as a plain success.
+func TestListRunsShowsVerdict(t *testing.T) {
+	state := t.TempDir()
+	dir := filepath.Join(RunsDir(state), "hbx-1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	if err := writeJSON(filepath.Join(dir, IntentFile), Intent{SchemaVersion: 1, RunID: "hbx-1", Spawn: "s", CreatedAt: time.Now()}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := Result{SchemaVersion: 1, RunID: "hbx-1", Status: StatusCompleted, ExitCode: &zero, Trace: TraceResult{Mode: render.TraceVerify, Status: verify.StatusMismatch}}
+	if err := writeJSON(filepath.Join(dir, ResultFile), res, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := ListRuns(state)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("ListRuns: %v %v", runs, err)
+	}
+	if runs[0].Status != StatusCompleted || runs[0].Verdict != verify.StatusMismatch {
+		t.Errorf("got status %s verdict %s, want completed + mismatch", runs[0].Status, runs[0].Verdict)
 	}
 }

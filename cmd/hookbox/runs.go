@@ -93,13 +93,17 @@ func newPsCommand(h *hostFlags) *cobra.Command {
 				return json.NewEncoder(out).Encode(runs)
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tSPAWN\tSTATUS\tEXIT\tCREATED")
+			fmt.Fprintln(tw, "RUN\tSPAWN\tSTATUS\tVERDICT\tEXIT\tCREATED")
 			for _, r := range runs {
 				code := "-"
 				if r.ExitCode != nil {
 					code = fmt.Sprint(*r.ExitCode)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Spawn, r.Status, code, r.CreatedAt.Local().Format(time.DateTime))
+				verdict := "-"
+				if r.Verdict != "" {
+					verdict = string(r.Verdict)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Spawn, r.Status, verdict, code, r.CreatedAt.Local().Format(time.DateTime))
 			}
 			return tw.Flush()
 		},
