@@ -81,6 +81,7 @@ schema:
 ## fuzz: run every fuzz target for FUZZTIME each (default 60s)
 fuzz:
 	$(GO) test ./compiler/ -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./compiler/ -run '^$$' -fuzz '^FuzzParseDestination$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/shellwords/ -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/shellwords/ -run '^$$' -fuzz '^FuzzJoinRoundTrip$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./render/canonjson/ -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME)

@@ -88,7 +88,7 @@ func Compile(p *Parsed) (*render.Render, error) {
 	c.r = &render.Render{
 		SchemaVersion: render.SchemaVersion,
 		Spawn:         p.Spawn.Metadata.Name,
-		Network:       "none",
+		Network:       render.NetworkNone,
 		Engine: render.Engine{
 			Kind:          s.Engine.Kind,
 			StreamsEarly:  c.def.streamsEarly,
@@ -107,6 +107,7 @@ func Compile(p *Parsed) (*render.Render, error) {
 	c.limits()
 	c.mounts()
 	c.baseEnv()
+	c.egress()
 	if err := c.def.build(c); err != nil {
 		return nil, err
 	}

@@ -32,6 +32,14 @@ type engineDef struct {
 	reservedEnv []string
 	// selfExecArgv0: argv[0] values under which the engine re-execs itself.
 	selfExecArgv0 []string
+	// modelAPI returns the HOST:PORT entries the allow entry model-api
+	// stands for: where the engine sends model traffic by default. nil or
+	// empty: no known provider, and modelAPIHint says what to write instead.
+	modelAPI     func(s *SpawnSpec) []string
+	modelAPIHint string
+	// baseURLEnv are the variables the engine reads to send its model
+	// traffic elsewhere; under an allowlist, their host must be allowed.
+	baseURLEnv []string
 	// check reports engine-specific spec problems (with positions).
 	check func(p *Parsed, diags *diagnostics)
 	// build fills the render's process (argv, cwd, env) and generated files.
@@ -67,6 +75,11 @@ func registerEngine(def *engineDef) {
 func engineKinds() []string {
 	kinds := sortedKeys(engines)
 	return kinds
+}
+
+// fixedHosts is a modelAPI that does not depend on the spec.
+func fixedHosts(hosts ...string) func(*SpawnSpec) []string {
+	return func(*SpawnSpec) []string { return hosts }
 }
 
 // hookChain returns the exec chain a hook produces under this engine and,

@@ -65,7 +65,11 @@ func init() {
 		mcp:           true,
 		modelEffort:   true,
 		selfExecArgv0: []string{"rg"},
-		build:         buildClaude,
+		modelAPI:      fixedHosts("api.anthropic.com:443"),
+		// The bundled SDK client defaults baseURL to ANTHROPIC_BASE_URL;
+		// measured with 2.1.197: set, the first CONNECT goes to its host.
+		baseURLEnv: []string{"ANTHROPIC_BASE_URL"},
+		build:      buildClaude,
 	})
 }
 

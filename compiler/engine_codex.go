@@ -56,7 +56,14 @@ func init() {
 		mcp:          true,
 		modelEffort:  true,
 		reservedEnv:  []string{"CODEX_HOME"},
-		build:        buildCodex,
+		// Measured with 0.171.0 and an API key: model traffic (Responses
+		// over HTTPS and WebSocket) goes to api.openai.com only; chatgpt.com
+		// is the ChatGPT-login base URL and, with an API key, only serves the
+		// curated-plugins sync, which fails harmlessly. The binary ignores
+		// OPENAI_BASE_URL (measured: still api.openai.com); its base URL is
+		// the openai_base_url config key, so there is no variable to check.
+		modelAPI: fixedHosts("api.openai.com:443"),
+		build:    buildCodex,
 	})
 }
 

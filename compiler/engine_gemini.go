@@ -35,6 +35,14 @@ func init() {
 		prompt:      promptRequired,
 		hooks:       &hookStyle{events: geminiEvents, toolEvents: geminiToolEvents, shell: "bash"},
 		modelEffort: true,
+		// With GEMINI_API_KEY the @google/genai client of 0.61.0 uses
+		// https://generativelanguage.googleapis.com/ (measured: CONNECT
+		// generativelanguage.googleapis.com:443, and play.googleapis.com:443
+		// for usage statistics, which an allowlist without it refuses).
+		// GOOGLE_GEMINI_BASE_URL (gateway auth) and GOOGLE_VERTEX_BASE_URL
+		// (Vertex AI) replace that base URL.
+		modelAPI:   fixedHosts("generativelanguage.googleapis.com:443"),
+		baseURLEnv: []string{"GOOGLE_GEMINI_BASE_URL", "GOOGLE_VERTEX_BASE_URL"},
 		check: func(p *Parsed, diags *diagnostics) {
 			// The prompt is the value of --prompt; a leading '-' would be read
 			// as an option.

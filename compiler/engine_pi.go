@@ -39,6 +39,32 @@ func piProvider(model string) string {
 	return ""
 }
 
+// piProviderHosts are the hosts of pi's built-in models per provider (the
+// baseUrl of every model of that provider in pi-ai 0.73.1's model table).
+var piProviderHosts = map[string]string{
+	"anthropic": "api.anthropic.com:443",
+	"google":    "generativelanguage.googleapis.com:443",
+	"mistral":   "api.mistral.ai:443",
+	"openai":    "api.openai.com:443",
+	"xai":       "api.x.ai:443",
+}
+
+// piModelProvider is the provider a model name selects: the prefix of a
+// PROVIDER/MODEL name, else the unambiguous model-name prefix.
+func piModelProvider(model string) string {
+	if provider, _, ok := strings.Cut(model, "/"); ok {
+		return provider
+	}
+	return piProvider(model)
+}
+
+func piModelAPI(s *SpawnSpec) []string {
+	if host, ok := piProviderHosts[piModelProvider(s.Engine.Model)]; ok {
+		return []string{host}
+	}
+	return nil
+}
+
 var piFlags = flagTable{
 	{kind: flagBool, name: "-p", value: always},
 	{kind: flagValue, name: "--mode", value: constant("json")},
@@ -53,6 +79,12 @@ func init() {
 		prompt:      promptRequired,
 		modelEffort: true,
 		noHooks:     "pi runs hooks only as TypeScript extensions, which hookbox cannot pin or verify; remove spec.hooks or use another engine",
+		// pi passes each model's baseUrl to its SDK explicitly, so the SDKs'
+		// ANTHROPIC_BASE_URL / OPENAI_BASE_URL defaults are never read
+		// (measured with 0.73.1: ANTHROPIC_BASE_URL set, still CONNECT
+		// api.anthropic.com:443): no base-URL variable to check.
+		modelAPI:     piModelAPI,
+		modelAPIHint: "set engine.model to a model whose provider hookbox knows (claude-..., gpt-..., gemini-..., mistral-..., grok-..., or PROVIDER/MODEL), or list the hosts as HOST:PORT",
 		check: func(p *Parsed, diags *diagnostics) {
 			refuseOptionLikePrompt(p, diags, "-@")
 		},

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"hookbox.dev/hookbox/render"
 )
 
 // Parsed is one spawn decoded from a spec file, with its relative paths
@@ -27,6 +29,8 @@ type Parsed struct {
 	// workspaceCodexServers are the MCP servers the workspace's own
 	// .codex/config.toml declares (read only for codex with an explicit set).
 	workspaceCodexServers []string
+	// egress is the allowlist of spec.network, normalised; nil for none.
+	egress *render.Egress
 
 	prefix string // "" or "items[N]." for SpawnList items
 	pos    map[string]Pos

@@ -63,14 +63,17 @@ func (g *schemaGen) ref(t reflect.Type) map[string]any {
 	return map[string]any{"$ref": "#/$defs/" + name}
 }
 
+// handWritten maps the types that decode themselves to their schemas.
+var handWritten = map[reflect.Type]map[string]any{
+	reflect.TypeFor[Duration](): durationSchema,
+	reflect.TypeFor[Quantity](): quantitySchema,
+	reflect.TypeFor[Command]():  commandSchema,
+	reflect.TypeFor[Network]():  networkSchema,
+}
+
 func (g *schemaGen) schemaFor(t reflect.Type) map[string]any {
-	switch t {
-	case reflect.TypeFor[Duration]():
-		return durationSchema
-	case reflect.TypeFor[Quantity]():
-		return quantitySchema
-	case reflect.TypeFor[Command]():
-		return commandSchema
+	if s, ok := handWritten[t]; ok {
+		return s
 	}
 	switch t.Kind() {
 	case reflect.Pointer:

@@ -60,7 +60,7 @@ func TestSchemaCoversEveryField(t *testing.T) {
 		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice || typ.Kind() == reflect.Map {
 			typ = typ.Elem()
 		}
-		if typ.Kind() != reflect.Struct || seen[typ] || typ == reflect.TypeFor[Duration]() || typ == reflect.TypeFor[Quantity]() {
+		if typ.Kind() != reflect.Struct || seen[typ] || handWritten[typ] != nil {
 			return
 		}
 		seen[typ] = true
@@ -158,6 +158,10 @@ func TestSchemaAgreesWithParser(t *testing.T) {
 		"wrong type":         spawnYAML("{kind: claude, path: /c, model: 5}", "  prompt: x"),
 		"unknown engine":     spawnYAML("{kind: cursor, path: /c}"),
 		"bad network":        spawnYAML("{kind: exec, path: /c}", "  network: host"),
+		"network mapping":    spawnYAML("{kind: exec, path: /c}", "  network: {}"),
+		"empty allow list":   spawnYAML("{kind: exec, path: /c}", "  network: {allow: []}"),
+		"network extra key":  spawnYAML("{kind: exec, path: /c}", "  network: {allow: [a.example.com], deny: [b.example.com]}"),
+		"allow not a list":   spawnYAML("{kind: exec, path: /c}", "  network: {allow: a.example.com}"),
 		"missing path":       spawnYAML("{kind: exec}"),
 		"bad trace mode":     spawnYAML("{kind: exec, path: /c}", "  trace: {mode: paranoid}"),
 		"bad duration":       spawnYAML("{kind: exec, path: /c}", "  limits: {timeout: soon}"),

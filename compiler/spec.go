@@ -68,7 +68,7 @@ type SpawnSpec struct {
 	Env        Env                   `json:"env,omitempty"`
 	Secrets    []string              `json:"secrets,omitempty" doc:"Names of secret environment variables. Values are resolved at launch from the host environment or the lookup command of the user's global config; they never appear in the render."`
 	Limits     Limits                `json:"limits,omitempty"`
-	Network    string                `json:"network,omitempty" doc:"Network access. Only none (loopback only) is supported." enum:"none"`
+	Network    Network               `json:"network,omitempty" doc:"Network access. none (the default): loopback only. {allow: [ENTRY, ...]}: no route anywhere, and hookbox's proxy connects only to the listed destinations: HOST:PORT (port 443 when omitted), *.example.com:PORT (every name below example.com), an IP address (10.1.2.3:8080, [fd00::1]:443), or model-api (the hosts of the engine's model provider). HTTP MCP servers' hosts are added."`
 	Artifacts  []string              `json:"artifacts,omitempty" doc:"Declared outputs, relative to the run dir /run/hookbox. A bare filename matches at the root first, then in an immediate subdirectory; a name ending in / is a directory and matches exactly."`
 	Trace      Trace                 `json:"trace,omitempty"`
 	Notify     Notify                `json:"notify,omitempty" doc:"Host-side notifier run when the run reaches its terminal result. Overrides the global config's notify block; a --notify flag overrides this. Not part of the render: it never changes the render digest."`

@@ -109,11 +109,7 @@ func (p *Parsed) validate(diags *diagnostics, readFile func(string) ([]byte, err
 	p.validateEnv(diags)
 	p.validateLimits(diags, def)
 
-	switch s.Network {
-	case "", "none":
-	default:
-		p.errf(diags, "spec.network", "write network: none (the only supported value: loopback only)", "network %q is not supported", s.Network)
-	}
+	p.validateNetwork(diags, def)
 
 	seenArtifacts := map[string]bool{}
 	for i, a := range s.Artifacts {
@@ -304,6 +300,10 @@ func (p *Parsed) validateEnv(diags *diagnostics) {
 	claim := func(name, field string) {
 		if slices.Contains(reservedEnv, name) {
 			p.errf(diags, field, "hookbox sets PATH and HOME for the container; remove it", "%s is reserved", name)
+			return
+		}
+		if s.Network.Allow != nil && slices.Contains(proxyEnvNames, name) {
+			p.errf(diags, field, "remove it: with network.allow, hookbox points the proxy variables at its own proxy", "%s is reserved for an allowlist network", name)
 			return
 		}
 		if def != nil && slices.Contains(def.reservedEnv, name) {

@@ -64,7 +64,8 @@ type Render struct {
 	Hooks         []Hook            `json:"hooks,omitempty"`
 	Mounts        []Mount           `json:"mounts"`
 	Limits        Limits            `json:"limits"`
-	Network       string            `json:"network"`
+	Network       string            `json:"network"`          // NetworkNone or NetworkAllowlist
+	Egress        *Egress           `json:"egress,omitempty"` // exactly for NetworkAllowlist
 	Trace         TracePolicy       `json:"trace"`
 	Artifacts     []string          `json:"artifacts,omitempty"`
 	Notes         []string          `json:"notes,omitempty"`
@@ -239,7 +240,7 @@ type TracePolicy struct {
 }
 
 // SortLists puts every list whose order carries no meaning (programs, env,
-// files, mounts, artifacts, trace allow) into canonical order, so the digest
+// files, mounts, artifacts, trace allow, egress) into canonical order, so the digest
 // changes only when something execution-relevant does.
 func (r *Render) SortLists() {
 	slices.SortFunc(r.Programs, func(a, b Program) int { return strings.Compare(a.Path, b.Path) })
@@ -249,6 +250,9 @@ func (r *Render) SortLists() {
 	slices.Sort(r.Artifacts)
 	slices.Sort(r.Trace.Allow)
 	slices.SortFunc(r.Runfiles, func(a, b Runfile) int { return strings.Compare(a.Path, b.Path) })
+	if r.Egress != nil {
+		r.Egress.sort()
+	}
 }
 
 // ProgramPaths are the host paths of every program, for the runfiles stage.

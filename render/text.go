@@ -90,7 +90,14 @@ func (r *Render) Text(digest string) string {
 		limits += fmt.Sprintf("  cpus %dm", l.MilliCPUs)
 	}
 	line("  limits   %s", limits)
-	line("  network  %s", r.Network)
+	if r.Egress == nil {
+		line("  network  %s", r.Network)
+	} else {
+		line("  network  %s  through the proxy at %s, to", r.Network, r.Egress.ProxyAddress)
+		for _, d := range r.Egress.Allow {
+			line("    %-40s %-8s %s", d.Address(), d.Kind, d.Source)
+		}
+	}
 	line("  trace    %s  allow [%s]", r.Trace.Mode, strings.Join(r.Trace.Allow, " "))
 	if len(r.Artifacts) > 0 {
 		line("  artifacts %s", strings.Join(r.Artifacts, " "))

@@ -46,6 +46,7 @@ func TestRenderK8s(t *testing.T) {
 		"image not pinned": {[]string{"--runfiles-image", "runfiles:latest", "../../examples/review.yaml"}, "pinned by digest"},
 		"bad secret name":  {[]string{"--secret-name", "Bad_Name", "../../examples/review.yaml"}, "--secret-name"},
 		"unknown format":   {[]string{"--format", "helm", "../../examples/review.yaml"}, "use json, text, oci or k8s"},
+		"egress allowlist": {[]string{"../../examples/egress.yaml"}, "egress allowlists are not reproduced in Kubernetes yet"},
 	} {
 		code, _, stderr := k8sRun(t, tc.args...)
 		if code != exitSpec || !strings.Contains(stderr, tc.want) {

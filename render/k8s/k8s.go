@@ -214,7 +214,13 @@ func Build(r *render.Render, opts Options) (*Objects, error) {
 	if len(r.Process.Argv) == 0 {
 		return nil, fmt.Errorf("%w: the render has no argv", ErrUnsupported)
 	}
-	if r.Network != "none" {
+	switch r.Network {
+	case render.NetworkNone:
+	case render.NetworkAllowlist:
+		// The Job would need hookbox's proxy beside the engine (a sidecar)
+		// and a NetworkPolicy letting only it out; neither exists yet.
+		return nil, fmt.Errorf("%w: egress allowlists are not reproduced in Kubernetes yet (a Job has no hookbox proxy); render it with network: none for the cluster", ErrUnsupported)
+	default:
 		return nil, fmt.Errorf("%w: network %q; only none is known", ErrUnsupported, r.Network)
 	}
 	digest, canonical, err := r.Digest()
