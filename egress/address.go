@@ -39,7 +39,7 @@ var internalRanges = []struct {
 // Prefixes whose addresses carry an IPv4 address that a translator or
 // relay would reach: judged by the embedded address.
 var (
-	nat64 = netip.MustParsePrefix("64:ff9b::/96")
+	nat64  = netip.MustParsePrefix("64:ff9b::/96")
 	sixTo4 = netip.MustParsePrefix("2002::/16")
 )
 

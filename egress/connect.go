@@ -195,7 +195,7 @@ func (rc *recordingConn) SetWriteDeadline(time.Time) error { return nil }
 
 // tunnelChunk is how much one splice loop moves before the tunnel notes
 // activity and renews its read deadline.
-const tunnelChunk = 256 << 10
+const tunnelChunk = 1 << 20
 
 // tunnel copies both ways until both directions end, returning the bytes
 // each way. A direction that ends cleanly half-closes its destination and

@@ -110,7 +110,8 @@
 //
 // MaxConns client connections are handled at once; one more is read for at
 // most a second (to record what it asked) and answered 503; beyond twice
-// MaxConns a connection is closed unread, still recorded. A request head
+// MaxConns a connection is answered 503 unread and closed (its client may
+// see a reset instead), still recorded. A request head
 // must complete within HeaderTimeout. A tunnel or kept-alive connection
 // on which no byte moved either way for IdleTimeout (detected within
 // twice that) is closed; once one direction of a tunnel has ended (and

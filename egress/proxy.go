@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -331,8 +330,8 @@ var (
 
 // readHead peeks at a request head (up to and including the empty line
 // that ends it) without consuming it. It fails with errNoRequest when the
-// connection ends before a single byte, errHeadTooLarge when the head does
-// not fit br's buffer.
+// connection ends before a single byte (a stall is a timeout instead),
+// errHeadTooLarge when the head does not fit br's buffer.
 func readHead(br *bufio.Reader) ([]byte, error) {
 	searched := 0
 	for {
@@ -345,8 +344,8 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 			return nil, errHeadTooLarge
 		}
 		if _, err := br.Peek(len(buf) + 1); err != nil {
-			if len(buf) == 0 && errors.Is(err, io.EOF) {
-				return nil, errNoRequest
+			if len(buf) == 0 && !isTimeout(err) {
+				return nil, errNoRequest // closed, reset, or the proxy is closing
 			}
 			return nil, err
 		}

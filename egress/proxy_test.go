@@ -236,8 +236,6 @@ func TestForwardJudgesEveryRequest(t *testing.T) {
 	sameAttempt(t, got[0], Attempt{Method: "GET", Host: "plain.test", Port: port, Resolved: hostPort("127.0.0.1", port),
 		Decision: DecisionAllowed, Rule: authority, BytesUp: 0, BytesDown: int64(len(want))})
 	sameAttempt(t, got[1], Attempt{Method: "GET", Host: "evil.test", Port: port, Decision: DecisionRefused, Reason: ReasonNotAllowed})
-	st := (*Proxy)(nil)
-	_ = st
 }
 
 func TestForwardRefusals(t *testing.T) {
@@ -286,7 +284,7 @@ func TestStalledClientTimesOut(t *testing.T) {
 		HeaderTimeout: 200 * time.Millisecond,
 	})
 	start := time.Now()
-	silent, silentBR := dialProxy(t, addr)
+	_, silentBR := dialProxy(t, addr)
 	half, halfBR := dialProxy(t, addr)
 	io.WriteString(half, "CONNECT "+target+" HTTP/1.1\r\n") // and no end of head
 	resp, err := http.ReadResponse(silentBR, nil)
@@ -316,7 +314,6 @@ func TestStalledClientTimesOut(t *testing.T) {
 	}
 	sameAttempt(t, got[2], Attempt{Method: "CONNECT", Host: "127.0.0.1", Port: up.port(), Resolved: target,
 		Decision: DecisionRefused, Reason: ReasonNoClientHello, Rule: target})
-	_ = silent
 }
 
 // 1,000 clients at once against MaxConns 64: exactly 64 are served, every
@@ -413,8 +410,7 @@ func TestCloseEndsEverything(t *testing.T) {
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
 	}
-	idle, idleBR := dialProxy(t, addr)
-	_ = idle
+	_, idleBR := dialProxy(t, addr)
 	done := make(chan struct{})
 	go func() {
 		p.Close()
