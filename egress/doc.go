@@ -1,0 +1,150 @@
+// Package egress is the mechanism behind egress allowlists: an HTTP
+// forward proxy that hookbox runs on the host, whose listening socket lives
+// inside a container's network namespace (ListenInNetns) and which dials
+// upstream from the host's namespace. The container has only loopback, so
+// a program that ignores the proxy variables has no route at all; one that
+// uses the proxy reaches what the Policy allows and nothing else.
+//
+// egress records, it does not judge runs: it knows nothing of renders,
+// containers or run records. The launcher builds the Policy, opens the
+// listener, calls Serve, and writes what Options.Record and Stats report
+// (network.jsonl, events, result.json).
+//
+// # What a request must be
+//
+// The proxy speaks HTTP/1.1 to clients and accepts two kinds of request:
+//
+//   - CONNECT host:port, for TLS. The policy decides on the requested host
+//     before anything is resolved. Once the proxy has dialled a checked
+//     address it answers 200, then reads the client's TLS ClientHello
+//     before one byte goes upstream: the ClientHello must carry a server
+//     name (SNI) equal to the CONNECT host, case-insensitively. For an ip
+//     rule the ClientHello must carry no server name (TLS clients send
+//     none for an IP address) or the address itself. Plain bytes, a
+//     ClientHello naming another server or none, and a client that stalls
+//     are refused; only then are the bytes read replayed upstream and the
+//     tunnel copies both ways (splice on Linux). The ClientHello is parsed
+//     by crypto/tls itself (a tls.Server over a connection that records
+//     what it reads and discards what it would write, stopped from
+//     GetConfigForClient), not by a parser of this package.
+//   - An absolute-form request (GET http://host:port/path), plain HTTP.
+//     Each request of a kept-alive connection is judged on its own; the
+//     first refusal ends the connection. A Host field, when present, must
+//     name the request line's destination. Hop-by-hop fields (Connection
+//     and what it lists, Proxy-Connection, Proxy-Authorization,
+//     Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade) are not
+//     forwarded, so there is no protocol upgrade over this path.
+//
+// Anything else is refused: origin-form requests (no absolute URL), other
+// schemes (https:// must use CONNECT), unparsable requests.
+//
+// # Names, addresses, and the order of decisions
+//
+//  1. The host is normalized: a DNS name is lowercased with one trailing
+//     dot dropped; an IPv4-mapped IPv6 literal is its IPv4 address; a name
+//     whose last label is numeric ("127.1") is unparsable, not a name.
+//  2. A name must match a KindName rule (exactly) or a KindWildcard rule
+//     ("*.example.com": one or more labels in front of the suffix, never
+//     the suffix itself) on the requested port, or it is refused without
+//     any lookup. An IP literal must match a KindIP rule with that exact
+//     address and port: the address an allowed name resolves to is not
+//     allowed as a literal.
+//  3. The proxy resolves an allowed name itself. Addresses that are not
+//     on the public internet are dropped unless that exact address and
+//     port is a KindIP rule: unspecified and 0.0.0.0/8, loopback,
+//     link-local (169.254.0.0/16 with cloud metadata, fe80::/10), private
+//     (10/8, 172.16/12, 192.168/16), unique-local fc00::/7, carrier-grade
+//     NAT 100.64.0.0/10 (refused: cloud providers run internal services
+//     there), multicast, reserved and broadcast 240/4, documentation and
+//     benchmarking ranges, deprecated IPv4-compatible and site-local IPv6,
+//     and NAT64 or 6to4 addresses that embed any of these. If no address
+//     remains the request is refused.
+//  4. It dials the remaining addresses in order, each exactly as checked:
+//     nothing is resolved again, so there is no DNS rebinding window.
+//
+// # Failing closed
+//
+// Every refusal the client can still be told about is an HTTP response:
+// a status (400, 403, 408, 431, 502, 503, 504), the header
+// X-Hookbox-Refused: <reason id> and a one-line body, then the connection
+// closes. A CONNECT refused after its 200 cannot be answered in HTTP: an
+// SNI refusal is a TLS access_denied alert (what a TLS client shows as
+// "access denied"), plain bytes get the HTTP 403 inside the tunnel (what a
+// client speaking HTTP there reads), a stalled client is closed. No
+// refusal leaves a tunnel open.
+//
+// # Reason ids
+//
+// Refused:
+//
+//   - not-allowed: no name or wildcard rule for host:port (403).
+//   - ip-literal-not-allowed: an IP address without an ip rule for exactly
+//     it (403).
+//   - resolves-to-private: every address of an allowed name is internal
+//     (step 3) and none is an ip rule (403).
+//   - resolve-failed: the lookup failed or found nothing (502; 504 when it
+//     timed out).
+//   - dial-failed: no checked address accepted the connection (502).
+//   - dial-timeout: no checked address answered within DialTimeout (504).
+//   - malformed-request: unparsable request, target, port or host (400).
+//   - headers-too-large: a request head over 64 KiB (431).
+//   - header-timeout: no complete request head within HeaderTimeout
+//     (408).
+//   - host-header-mismatch: the Host field names another destination than
+//     the request line (400).
+//   - origin-form-request: a request without an absolute URL (400).
+//   - unsupported-scheme: an absolute URL that is not http:// (400).
+//   - too-many-connections: beyond MaxConns concurrent connections (503).
+//   - not-tls: the bytes after a CONNECT's 200 are not a TLS ClientHello.
+//   - no-client-hello: the client closed or stalled (HeaderTimeout) before
+//     a whole ClientHello.
+//   - no-sni: a ClientHello without a server name, for a name.
+//   - sni-mismatch: the server name is not the CONNECT host (for an ip
+//     destination: any name but the address).
+//
+// Allowed, but failed: upstream-failed, when the destination broke a
+// forwarded request (502 with X-Hookbox-Error, not X-Hookbox-Refused) or a
+// tunnel's first write.
+//
+// # Limits
+//
+// MaxConns client connections are handled at once; one more is read for at
+// most a second (to record what it asked) and answered 503; beyond twice
+// MaxConns a connection is answered 503 unread and closed (its client may
+// see a reset instead), still recorded. A request head
+// must complete within HeaderTimeout. A tunnel or kept-alive connection
+// on which no byte moved either way for IdleTimeout (detected within
+// twice that) is closed; once one direction of a tunnel has ended (and
+// was half-closed onward), the other is closed after HeaderTimeout of
+// silence.
+//
+// # What is defended, and what is not
+//
+// Defended: reaching any destination, name or address, that the policy
+// does not name; reaching the host, its networks or a cloud's metadata
+// service through a name that resolves there; DNS rebinding between check
+// and dial; tunnelling a non-TLS protocol or another TLS server name
+// through an allowed CONNECT (domain fronting by SNI); smuggling a second
+// destination on a kept-alive connection or through a Host field;
+// exhausting the host by connections or slow clients.
+//
+// Not defended:
+//
+//   - An allowed destination is trusted with whatever the agent sends it.
+//     The proxy does not inspect TLS content: data can leave to an allowed
+//     host, and a host that relays (a CDN with domain fronting by Host
+//     header inside TLS, a service that fetches URLs for its callers) can
+//     carry it further.
+//   - A wildcard allows every name under its suffix, including names the
+//     suffix's owner lets others create.
+//   - Encrypted Client Hello hides the real server name: the outer name is
+//     what is compared, so such a client is refused unless that is the
+//     CONNECT host.
+//   - DNS itself: a lookup of an allowed name leaves from the host, and the
+//     host's resolver is trusted.
+//   - A peer that stops reading while the other keeps writing holds its
+//     connection slot until the other direction idles out or Close.
+//
+// This proxy handles no credentials; a gateway that injects them would
+// change the outgoing request (outgoingRequest) and is not built here.
+package egress
