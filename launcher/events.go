@@ -17,6 +17,7 @@ const (
 	EventResult   = "result"   // result: result.json
 	EventExec     = "exec"     // exec: one traced exec (the trace.jsonl line)
 	EventNotify   = "notify"   // notify: the notifier's outcome, after result
+	EventNetwork  = "network"  // network: one connection attempt through the egress proxy (the network.jsonl line)
 )
 
 // Event is one line of the --json stream.
@@ -32,6 +33,7 @@ type Event struct {
 	Result  *Result         `json:"result,omitempty"`
 	Exec    json.RawMessage `json:"exec,omitempty"`
 	Notify  *NotifyResult   `json:"notify,omitempty"`
+	Network json.RawMessage `json:"network,omitempty"`
 }
 
 // Sink receives a run's events in order.

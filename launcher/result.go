@@ -70,7 +70,10 @@ type Result struct {
 	Artifacts []mounts.ArtifactMatch `json:"artifacts"`
 	Harvest   *mounts.Report         `json:"harvest,omitempty"`
 	Trace     TraceResult            `json:"trace"`
-	RecordDir string                 `json:"record_dir"`
+	// Network is the egress evidence (network.jsonl summed up); its own
+	// record beside the exec verdict, which it never changes.
+	Network   *NetworkResult `json:"network,omitempty"`
+	RecordDir string         `json:"record_dir"`
 	// Notify is the host-side notifier's outcome (package notify); it never
 	// changes Status or ExitCode.
 	Notify *NotifyResult `json:"notify,omitempty"`

@@ -162,6 +162,7 @@ type execution struct {
 	engineStarted bool
 	killedFor     string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
 	trace         *tracing
+	egress        *egressRun
 	// ownerStart is this hookbox's start time, labelled on what it creates.
 	ownerStart string
 	// cgroupsPath is the run's cgroup: oci.CgroupsPath, or a delegated one;
@@ -462,6 +463,9 @@ func (x *execution) create() error {
 	if err := x.armTracer(pid, cgroupDir, spawned.CgroupID); err != nil {
 		return err
 	}
+	if err := x.startEgress(pid); err != nil {
+		return err
+	}
 	// Recorded before anything reads output; failing to record is fatal
 	// (docs/contracts.md §1): nothing may run unrecorded.
 	if err := writeJSON(filepath.Join(x.dir, SpawnedFile), spawned, 0o644); err != nil {
@@ -627,6 +631,8 @@ func (x *execution) teardown() {
 		}))
 		x.decideStatus(oom)
 	}
+	// The engine is gone: end its proxied connections and sum them up.
+	fail("stop egress proxy", x.stopEgress())
 	if x.stdoutW != nil {
 		x.stdoutW.Close()
 		x.readerWG.Wait()

@@ -1,0 +1,121 @@
+package launcher
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"hookbox.dev/hookbox/egress"
+	"hookbox.dev/hookbox/render"
+)
+
+// NetworkFile is the run record's egress record: one JSON line per
+// connection attempt through the proxy, allowed or refused.
+const NetworkFile = "network.jsonl"
+
+// NetworkResult is result.json's network section: evidence of its own,
+// beside the exec verdict. It says which destinations the run used (with
+// counts and bytes) and which attempts the proxy refused (with reasons).
+type NetworkResult struct {
+	Mode string `json:"mode"` // render.NetworkNone or render.NetworkAllowlist
+	// ProxyAddress is where the proxy listened inside the container.
+	ProxyAddress string `json:"proxy_address,omitempty"`
+	// Allowed and Refused count attempts; Used and Refusals break them down
+	// (egress.Stats).
+	Allowed  int64            `json:"allowed"`
+	Refused  int64            `json:"refused"`
+	Used     []egress.Use     `json:"used,omitempty"`
+	Refusals []egress.Refusal `json:"refusals,omitempty"`
+	Unlisted int64            `json:"unlisted,omitempty"`
+}
+
+// egressRun is the proxy of one run and its record.
+type egressRun struct {
+	proxy  *egress.Proxy
+	served chan error
+	mu     sync.Mutex
+	file   *os.File
+	out    *bufio.Writer
+}
+
+// policyOf maps the render's allowlist onto the proxy's rules.
+func policyOf(e *render.Egress) egress.Policy {
+	var p egress.Policy
+	for _, d := range e.Allow {
+		p.Allow = append(p.Allow, egress.Rule{Host: d.Host, Port: d.Port, Kind: egress.Kind(d.Kind)})
+	}
+	return p
+}
+
+// startEgress opens the proxy's listener inside the container's network
+// namespace (init exists, nothing has run yet) and serves it from this
+// process, which dials upstream from its own namespace. Nothing extra runs
+// in the container, so the exec trace stays the render's. A host that
+// cannot offer egress is an error before Start: never a silently open or
+// silently closed network.
+func (x *execution) startEgress(initPID int) error {
+	x.result.Network = &NetworkResult{Mode: x.r.Network}
+	if x.r.Network != render.NetworkAllowlist {
+		return nil
+	}
+	if x.r.Egress == nil {
+		return fmt.Errorf("egress: the render's network is %s but it lists no destinations; recompile the spec", x.r.Network)
+	}
+	policy := policyOf(x.r.Egress)
+	if err := policy.Validate(); err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	nsPath := "/proc/" + strconv.Itoa(initPID) + "/ns/net"
+	l, err := egress.ListenInNetns(nsPath, x.r.Egress.ProxyAddress)
+	if err != nil {
+		return fmt.Errorf("egress: cannot listen at %s inside the container's network namespace (%w): hookbox needs CAP_SYS_ADMIN over that namespace (run as root, or rootless inside RootlessKit's namespaces); hookbox doctor says whether this host can offer egress", x.r.Egress.ProxyAddress, err)
+	}
+	f, err := os.OpenFile(filepath.Join(x.dir, NetworkFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		l.Close()
+		return err
+	}
+	e := &egressRun{served: make(chan error, 1), file: f, out: bufio.NewWriterSize(f, 64<<10)}
+	e.proxy = egress.New(egress.Options{Policy: policy, Record: func(a egress.Attempt) {
+		line, err := json.Marshal(a)
+		if err != nil {
+			return
+		}
+		e.mu.Lock()
+		e.out.Write(line)
+		e.out.WriteByte('\n')
+		e.mu.Unlock()
+		x.emit(Event{Type: EventNetwork, Network: line})
+	}})
+	go func() { e.served <- e.proxy.Serve(l) }()
+	x.egress = e
+	x.result.Network.ProxyAddress = x.r.Egress.ProxyAddress
+	x.progress("network", "egress proxy at %s in the container, %d destinations allowed", x.r.Egress.ProxyAddress, len(policy.Allow))
+	return nil
+}
+
+// stopEgress ends every proxied connection (the engine is gone by now),
+// flushes network.jsonl and sums it into the result.
+func (x *execution) stopEgress() error {
+	e := x.egress
+	if e == nil {
+		return nil
+	}
+	x.egress = nil
+	e.proxy.Close()
+	<-e.served
+	st := e.proxy.Stats()
+	n := x.result.Network
+	n.Allowed, n.Refused, n.Used, n.Refusals, n.Unlisted = st.Allowed, st.Refused, st.Used, st.Refusals, st.Unlisted
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.out.Flush(); err != nil {
+		e.file.Close()
+		return err
+	}
+	return e.file.Close()
+}
