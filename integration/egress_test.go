@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"hookbox.dev/hookbox/egress"
@@ -185,4 +189,123 @@ func TestEgressRefusesWhatIsNotAllowed(t *testing.T) {
 	if res.Network == nil || res.Network.Refused != 1 {
 		t.Errorf("result network section %+v", res.Network)
 	}
+}
+
+// countingServer is a plain HTTP server on a test host that counts the
+// connections it accepted.
+type countingServer struct {
+	mu    sync.Mutex
+	conns int
+}
+
+func (c *countingServer) start(t *testing.T, l net.Listener) {
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "test host\n") }),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				c.mu.Lock()
+				c.conns++
+				c.mu.Unlock()
+			}
+		},
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+}
+
+func (c *countingServer) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conns
+}
+
+// TestEgressAdversarial: attempts to get around the allowlist from inside
+// the container. Each ends with no byte reaching a destination that is not
+// allowed, and every attempt that reached the proxy is recorded with its
+// reason. The only allowed destination is the test host's HTTP server.
+func TestEgressAdversarial(t *testing.T) {
+	e := newEnv(t)
+	h := testnet.NewHost(t)
+	srv := &countingServer{}
+	srv.start(t, h.Listen(t, apiPort))
+	allowed := fmt.Sprintf("%s:%d", h.Addr(), apiPort)
+	hostSide := h.Addr().Prev() // the host's own end of the veth
+	type refusal struct{ host, reason string }
+	for _, tc := range []struct {
+		name    string
+		argv    []string
+		refused []refusal // in order; nil: the proxy must see nothing
+		reached int       // connections the test host may see
+	}{
+		{"no proxy: curl --noproxy", []string{"/usr/bin/curl", "--noproxy", "*", "-sS", "-m", "5", "http://" + allowed + "/"}, nil, 0},
+		{"no proxy: raw TCP socket", []string{"/usr/bin/bash", "-c", "exec 3<>/dev/tcp/" + h.Addr().String() + "/" + fmt.Sprint(apiPort)}, nil, 0},
+		{"no proxy: UDP", []string{"/usr/bin/bash", "-c", "echo x > /dev/udp/" + h.Addr().String() + "/53"}, nil, 0},
+		{"no resolver: DNS", []string{"/usr/bin/curl", "--noproxy", "*", "-sS", "-m", "5", "http://example.com/"}, nil, 0},
+		{"loopback literal through the proxy", []string{"/usr/bin/curl", "--noproxy", "", "-x", "http://127.0.0.1:3128", "-fsS", "-m", "5", "http://127.0.0.1:8080/"}, []refusal{{"127.0.0.1", egress.ReasonIPLiteralNotAllowed}}, 0},
+		{"cloud metadata", []string{"/usr/bin/curl", "-fsS", "-m", "5", "http://169.254.169.254/latest/meta-data/"}, []refusal{{"169.254.169.254", egress.ReasonIPLiteralNotAllowed}}, 0},
+		{"IPv6 literal", []string{"/usr/bin/curl", "-sS", "-m", "5", "https://[fd00::1]:443/"}, []refusal{{"fd00::1", egress.ReasonIPLiteralNotAllowed}}, 0},
+		{"the host's own address", []string{"/usr/bin/curl", "-fsS", "-m", "5", "http://" + hostSide.String() + ":8080/"}, []refusal{{hostSide.String(), egress.ReasonIPLiteralNotAllowed}}, 0},
+		{"keep-alive: allowed, then not", []string{"/usr/bin/curl", "-fsS", "-m", "5", "http://" + allowed + "/", "http://example.com/"}, []refusal{{"example.com", egress.ReasonNotAllowed}}, 1},
+		{"a relay in the container speaking to the proxy itself", []string{"/usr/bin/bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/3128; printf 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n' >&3; read -r status <&3; [[ $status == *" 200 "* ]]`}, []refusal{{"example.com", egress.ReasonNotAllowed}}, 0},
+		{"TLS to an allowed address with another name", []string{"/usr/bin/curl", "-sS", "-m", "5", "-k", "--connect-to", "evil.example:8080:" + allowed, "https://evil.example:8080/"}, []refusal{{h.Addr().String(), egress.ReasonSNIMismatch}}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := srv.count()
+			spec := writeEgressExec(t, e, tc.argv, allowed)
+			r := e.run(spec)
+			res := r.mustResult(t)
+			if res.Status == launcher.StatusInfraError {
+				t.Fatalf("infra error: %s", res.Error)
+			}
+			if res.ExitCode == nil || (*res.ExitCode == 0 && tc.reached == 0) {
+				t.Errorf("the attempt should have failed inside the container, exit %v\n%s", res.ExitCode, r.output())
+			}
+			var got []refusal
+			for _, a := range readNetwork(t, res) {
+				if a.Decision == egress.DecisionRefused {
+					got = append(got, refusal{a.Host, a.Reason})
+					// Only an allowed destination is ever dialled (the SNI
+					// check comes after the tunnel to it is open); no byte
+					// of a refused attempt goes anywhere.
+					if (a.Resolved != "" && a.Reason != egress.ReasonSNIMismatch) || a.BytesUp != 0 {
+						t.Errorf("a refused attempt was dialled or sent bytes: %+v", a)
+					}
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.refused) {
+				t.Errorf("refused %v, want %v", got, tc.refused)
+			}
+			if n := srv.count() - before; n != tc.reached {
+				t.Errorf("the test host saw %d connections, want %d", n, tc.reached)
+			}
+		})
+	}
+}
+
+// writeEgressExec writes an exec-engine spec running argv with one
+// allowed destination.
+func writeEgressExec(t *testing.T, e *env, argv []string, allow string) string {
+	t.Helper()
+	quoted := make([]string, len(argv)-1)
+	for i, a := range argv[1:] {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	name := fmt.Sprintf("adv-%d", len(e.specs))
+	e.specs = append(e.specs, name)
+	spec := fmt.Sprintf(`apiVersion: hookbox.dev/v1alpha1
+kind: Spawn
+metadata: {name: %s}
+spec:
+  engine: {kind: exec, path: %s, args: [%s]}
+  workspace: ./ws
+  tools: [/usr/bin/curl, /usr/bin/bash]
+  network:
+    allow: [%q]
+  limits: {timeout: 30s}
+`, name, argv[0], strings.Join(quoted, ", "), allow)
+	file := filepath.Join(e.specDir, name+".yaml")
+	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }

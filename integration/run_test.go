@@ -75,6 +75,7 @@ type env struct {
 	state    string
 	specDir  string
 	extraEnv []string
+	specs    []string // names of specs written by helpers that number them
 }
 
 func newEnv(t *testing.T) *env {
