@@ -16,9 +16,11 @@ import (
 // that accepts from it dials upstream from this process's namespace.
 //
 // The socket is created on a dedicated, locked OS thread that enters the
-// namespace and returns to its own. If returning fails, the thread is never
-// unlocked: its goroutine ends locked, and the Go runtime then terminates
-// the thread instead of reusing it in the wrong namespace.
+// namespace and returns to its own. If returning fails (a rootless hookbox
+// may enter a container's namespace but not go back to the host's), the
+// listener is still returned and the thread is never unlocked: its
+// goroutine ends locked, and the Go runtime then terminates the thread
+// instead of reusing it in the wrong namespace.
 //
 // Entering a namespace needs CAP_SYS_ADMIN over the user namespace that
 // owns it.
@@ -66,10 +68,15 @@ func listenOnThread(target netns.NsHandle, addr string) (l net.Listener, returne
 	}
 	l, listenErr := net.Listen("tcp", addr)
 	if err := netns.Set(home); err != nil {
-		if l != nil {
-			l.Close()
+		// A rootless hookbox may enter the container's namespace (its user
+		// namespace owns it) but not go back to the host's. The listener
+		// is made, and sockets keep their namespace wherever they are used;
+		// only this thread is stuck, and its goroutine ends locked, so the
+		// runtime terminates it.
+		if listenErr != nil {
+			return nil, false, fmt.Errorf("%w (%v), after: %w", errNotReturned, err, listenErr)
 		}
-		return nil, false, fmt.Errorf("%w: %w", errNotReturned, err)
+		return l, false, nil
 	}
 	if listenErr != nil {
 		return nil, true, listenErr

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"hookbox.dev/hookbox/ebpf"
+	"hookbox.dev/hookbox/egress"
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/doctor"
@@ -489,5 +490,29 @@ func TestRootlessImageBuild(t *testing.T) {
 	out, err := exec.Command(hookboxBin, "image", "build").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "imported into containerd namespace hookbox") {
 		t.Fatalf("image build as the user: %v\n%s", err, out)
+	}
+}
+
+// TestRootlessEgress: a rootless run gets the same egress proxy: hookbox,
+// inside RootlessKit's namespaces, opens the listener in the container's
+// network namespace. A request for a name that is not allowed is refused
+// before anything is resolved, and recorded.
+func TestRootlessEgress(t *testing.T) {
+	e := newRootlessEnv(t)
+	spec := writeEgressExec(t, e, []string{"/usr/bin/curl", "-fsS", "-m", "5", "https://example.com/"}, "api.anthropic.com:443")
+	r := e.run(spec)
+	res := r.mustResult(t)
+	if res.Status == launcher.StatusInfraError {
+		t.Fatalf("infra error: %s\n%s", res.Error, r.stderr)
+	}
+	if res.ExitCode == nil || *res.ExitCode == 0 {
+		t.Errorf("curl should fail through the proxy's refusal, exit %v\n%s", res.ExitCode, r.output())
+	}
+	attempts := readNetwork(t, res)
+	if len(attempts) != 1 || attempts[0].Host != "example.com" || attempts[0].Reason != egress.ReasonNotAllowed || attempts[0].Resolved != "" {
+		t.Errorf("want one refused, never resolved attempt for example.com:443, got %+v", attempts)
+	}
+	if res.Network == nil || res.Network.Mode != "allowlist" || res.Network.Refused != 1 {
+		t.Errorf("network section %+v", res.Network)
 	}
 }
