@@ -91,6 +91,9 @@ type Capabilities struct {
 	CgroupLimits bool `json:"cgroup_limits"`
 	// Rootless: every prerequisite of rootless containerd is present.
 	Rootless bool `json:"rootless"`
+	// Egress: runs can get an egress allowlist (hookbox can open its
+	// proxy's listener inside their network namespaces).
+	Egress bool `json:"egress"`
 	// CgroupLayout: "v1", "hybrid", "v2", or "" when no cgroup fs is mounted.
 	CgroupLayout string `json:"cgroup_layout"`
 	// Cgroup2Mount is where the cgroup2 hierarchy is mounted ("" if none):
@@ -130,6 +133,8 @@ const (
 	CheckUIDMap            = "newuidmap"
 	CheckSubIDs            = "subuid"
 )
+
+// CheckEgress (egress.go) follows the checks above in reports.
 
 // Run checks this host.
 func Run(ctx context.Context, opts Options) Report {
@@ -230,6 +235,7 @@ func (h host) report(cf containerdFacts, rc runcFacts) Report {
 	subids := subIDsCheck(h)
 
 	rootless := rlk.Status == OK && uidmap.Status == OK && subids.Status == OK && userns
+	egress, egressC := egressCheck(h, rootless)
 	canTrace := bpf.Status == OK && btf.Status == OK && tracefsAt != "" && cg.Unified != ""
 	caps := Capabilities{
 		CanTrace:         canTrace,
@@ -239,6 +245,7 @@ func (h host) report(cf containerdFacts, rc runcFacts) Report {
 		Tmpfs:            tmpfs.Status == OK && (h.euid == 0 || rootless),
 		CgroupLimits:     ctrl,
 		Rootless:         rootless,
+		Egress:           egress,
 		CgroupLayout:     layoutName(cg.Mode),
 		Cgroup2Mount:     cg.Unified,
 		TracefsMount:     tracefsAt,
@@ -258,6 +265,7 @@ func (h host) report(cf containerdFacts, rc runcFacts) Report {
 			rlk,
 			uidmap,
 			subids,
+			egressC,
 		},
 		Capabilities: caps,
 	}

@@ -95,13 +95,13 @@ func TestReportFromFixture(t *testing.T) {
 			t.Errorf("%s: %s %q (fix %q)", c.Name, c.Status, c.Detail, c.Fix)
 		}
 	}
-	wantNames := []string{"containerd", "runc", "cgroup-layout", "cgroup-controllers", "overlayfs", "tmpfs", "tracefs", "btf", "bpf", "user-namespaces", "rootlesskit", "newuidmap", "subuid"}
+	wantNames := []string{"containerd", "runc", "cgroup-layout", "cgroup-controllers", "overlayfs", "tmpfs", "tracefs", "btf", "bpf", "user-namespaces", "rootlesskit", "newuidmap", "subuid", "egress"}
 	if !reflect.DeepEqual(names, wantNames) {
 		t.Errorf("check order = %q", names)
 	}
 	want := Capabilities{
 		CanTrace: true, CanEnforce: true, NetworkIsolation: true, UserNamespaces: true, Tmpfs: true,
-		CgroupLimits: true, Rootless: true, CgroupLayout: "hybrid",
+		CgroupLimits: true, Rootless: true, Egress: true, CgroupLayout: "hybrid",
 		Cgroup2Mount: "/sys/fs/cgroup/unified", TracefsMount: "/sys/kernel/tracing",
 	}
 	if r.Capabilities != want {
@@ -291,5 +291,30 @@ func TestDaemonOutsideDelegation(t *testing.T) {
 	}
 	if ok, _ := daemonOutsideCheck(in, f, ""); !ok {
 		t.Error("no running daemon: nothing to say")
+	}
+}
+
+// TestEgressCheck: egress is offered to root holding CAP_SYS_ADMIN and to
+// users with the rootless prerequisites; otherwise a warning with a fix.
+func TestEgressCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		euid     int
+		capEff   string
+		rootless bool
+		want     bool
+	}{
+		{"root", 0, "000001fffeffffff", false, true},
+		{"root without CAP_SYS_ADMIN", 0, "0000000000000000", false, false},
+		{"user with rootless prerequisites", 1000, "0000000000000000", true, true},
+		{"user without them", 1000, "0000000000000000", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := host{root: fixture(t, map[string]string{"proc/self/status": "CapEff:\t" + tc.capEff + "\n"}), euid: tc.euid}
+			got, c := egressCheck(h, tc.rootless)
+			if got != tc.want || (got != (c.Status == OK)) || (!got && c.Fix == "") {
+				t.Errorf("egress %v, check %+v", got, c)
+			}
+		})
 	}
 }
