@@ -244,6 +244,12 @@ func printSummary(w io.Writer, res *launcher.Result) {
 	if res.Trace.Detail != "" {
 		fmt.Fprintf(w, "hookbox:   why    %s\n", res.Trace.Detail)
 	}
+	if n := res.Network; n != nil && n.Mode == render.NetworkAllowlist {
+		fmt.Fprintf(w, "hookbox: network  %d allowed, %d refused through the egress proxy (%s)\n", n.Allowed, n.Refused, launcher.NetworkFile)
+		for _, r := range n.Refusals {
+			fmt.Fprintf(w, "hookbox:   refused %s:%d %s ×%d\n", r.Host, r.Port, r.Reason, r.Attempts)
+		}
+	}
 	if len(res.Degraded) > 0 {
 		fmt.Fprintf(w, "hookbox: degraded %s (hookbox doctor says why and how to fix)\n", strings.Join(res.Degraded, ", "))
 	}
