@@ -37,7 +37,7 @@ integration:
 ## bench: hookbox run vs ctr run --rm vs runc run (root, containerd running)
 bench: build
 	$(GO) run ./bench -hookbox bin/hookbox -out bench/results.md
-	$(GO) test -run '^$$' -bench 'ProxyThroughput|ConnectLatency' -benchtime 5x ./egress/ | tee bench/egress.txt
+	$(GO) test -run '^$$' -bench 'ProxyThroughput|ConnectLatency|DownloadFromTestHost' -benchtime 3x ./egress/ | tee bench/egress.txt
 
 ## test: unit tests, golden files, fuzz seed corpora (runs every Fuzz* seed);
 ## as root with HOOKBOX_INTEGRATION=1 (CI), also the rootless pass

@@ -50,6 +50,12 @@ func sendingUpstream(tb testing.TB, helloLen int, size int64) int {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { l.Close() })
+	sendFrom(l, helloLen, size)
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// sendFrom serves l as sendingUpstream does.
+func sendFrom(l net.Listener, helloLen int, size int64) {
 	block := make([]byte, 1<<20)
 	go func() {
 		for {
@@ -72,7 +78,6 @@ func sendingUpstream(tb testing.TB, helloLen int, size int64) int {
 			}()
 		}
 	}()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // fetch sends hello and reads everything the other side sends, directly
