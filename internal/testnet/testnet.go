@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"hookbox.dev/hookbox/egress"
 	"hookbox.dev/hookbox/internal/testenv"
 )
 
@@ -123,28 +123,12 @@ func (h *Host) Addr() netip.Addr { return h.addr }
 // in that namespace whichever goroutine uses it.
 func (h *Host) Listen(t testing.TB, port int) net.Listener {
 	t.Helper()
-	type result struct {
-		l   net.Listener
-		err error
+	l, err := egress.ListenInNetns("/run/netns/"+h.nsName, netip.AddrPortFrom(h.addr, uint16(port)).String())
+	if err != nil {
+		t.Fatalf("listening on test host %s: %v", h.addr, err)
 	}
-	done := make(chan result, 1)
-	go func() {
-		// The thread is never switched back or unlocked: it ends with this
-		// goroutine, so no other goroutine runs in the test host's namespace.
-		runtime.LockOSThread()
-		if err := netns.Set(h.ns); err != nil {
-			done <- result{err: fmt.Errorf("entering namespace %s: %w", h.nsName, err)}
-			return
-		}
-		l, err := net.Listen("tcp", netip.AddrPortFrom(h.addr, uint16(port)).String())
-		done <- result{l, err}
-	}()
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("listening on test host %s: %v", h.addr, r.err)
-	}
-	t.Cleanup(func() { r.l.Close() })
-	return r.l
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 // Close removes the test host: its veth pair (deleting one end deletes
