@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -53,7 +54,25 @@ SIGTERM ends every connection and exits 0.`,
 	}
 	serve.Flags().StringVar(&listen, "listen", render.ProxyAddress, "TCP address to listen on")
 	serve.Flags().StringVar(&renderFile, "render", "", "the render's canonical JSON, whose egress allowlist is served (required)")
-	cmd.AddCommand(serve)
+	var address string
+	probe := &cobra.Command{
+		Use:   "probe",
+		Short: "Exit 0 once something accepts TCP connections at an address",
+		Long: `Connect to --address and exit 0 if the connection is accepted, 1 if not.
+It is the startup probe of the Job's egress-proxy sidecar: it runs in the
+pod's network namespace, where the proxy listens on loopback, which a
+kubelet tcpSocket probe (made from the node) cannot reach.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := net.DialTimeout("tcp", address, time.Second)
+			if err != nil {
+				return fmt.Errorf("egress probe: %w", err)
+			}
+			return c.Close()
+		},
+	}
+	probe.Flags().StringVar(&address, "address", render.ProxyAddress, "TCP address to connect to")
+	cmd.AddCommand(serve, probe)
 	return cmd
 }
 

@@ -105,3 +105,19 @@ func TestEgressServeRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressProbe: 0 while something listens, 1 once nothing does.
+func TestEgressProbe(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if code, _, stderr := runCLI(t, "egress", "probe", "--address", addr); code != exitOK {
+		t.Errorf("listening: exit %d %s", code, stderr)
+	}
+	l.Close()
+	if code, _, _ := runCLI(t, "egress", "probe", "--address", addr); code == exitOK {
+		t.Error("closed: exit 0")
+	}
+}
