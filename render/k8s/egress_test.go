@@ -276,6 +276,8 @@ func btoi(b bool) int {
 	return 0
 }
 
-func selector(m map[string]string) *metav1.LabelSelector { return &metav1.LabelSelector{MatchLabels: m} }
+func selector(m map[string]string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchLabels: m}
+}
 
 func intPort(p int32) *intstr.IntOrString { return ptr(intstr.FromInt32(p)) }
