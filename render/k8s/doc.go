@@ -36,7 +36,6 @@
 //   - identity: user and group 65532, runAsNonRoot, no privilege
 //     escalation, every capability dropped, seccomp RuntimeDefault, no
 //     service account token, no service links.
-//
 //   - egress allowlist: hookbox's proxy runs as a native sidecar
 //     (ProxyContainer, Options.ProxyImage) serving the render's allowlist
 //     from the ConfigMap's render.json; the NetworkPolicy allows IP entries
