@@ -66,3 +66,15 @@ func internalAddress(ip netip.Addr) (what string, internal bool) {
 	}
 	return "", false
 }
+
+// InternalPrefixes are the ranges a resolved name may not reach unless an
+// IP rule names the address, for a platform policy that mirrors the proxy
+// (the Kubernetes Job's NetworkPolicy excepts them). NAT64 and 6to4
+// addresses are judged by the address they embed, which no prefix says.
+func InternalPrefixes() []netip.Prefix {
+	out := make([]netip.Prefix, len(internalRanges))
+	for i, r := range internalRanges {
+		out[i] = r.prefix
+	}
+	return out
+}

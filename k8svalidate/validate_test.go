@@ -44,7 +44,7 @@ func pinned(name string) string {
 }
 
 var options = k8s.Options{
-	Image: pinned("base"), RunfilesImage: pinned("runfiles"), SeedImage: pinned("seed"),
+	Image: pinned("base"), RunfilesImage: pinned("runfiles"), SeedImage: pinned("seed"), ProxyImage: pinned("proxy"),
 	Namespace: namespace, Version: "v0.0.0-k8svalidate",
 }
 
@@ -55,6 +55,7 @@ var examples = []struct {
 	params map[string]string
 }{
 	{"codex", nil},
+	{"egress", nil},
 	{"hello", nil},
 	{"pipeline", map[string]string{"pr": "123", "ref": "refs/pull/123/head"}},
 	{"review", nil},

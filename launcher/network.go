@@ -42,15 +42,6 @@ type egressRun struct {
 	out    *bufio.Writer
 }
 
-// policyOf maps the render's allowlist onto the proxy's rules.
-func policyOf(e *render.Egress) egress.Policy {
-	var p egress.Policy
-	for _, d := range e.Allow {
-		p.Allow = append(p.Allow, egress.Rule{Host: d.Host, Port: d.Port, Kind: egress.Kind(d.Kind)})
-	}
-	return p
-}
-
 // startEgress opens the proxy's listener inside the container's network
 // namespace (init exists, nothing has run yet) and serves it from this
 // process, which dials upstream from its own namespace. Nothing extra runs
@@ -65,7 +56,7 @@ func (x *execution) startEgress(initPID int) error {
 	if x.r.Egress == nil {
 		return fmt.Errorf("egress: the render's network is %s but it lists no destinations; recompile the spec", x.r.Network)
 	}
-	policy := policyOf(x.r.Egress)
+	policy := x.r.Egress.Policy()
 	if err := policy.Validate(); err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}

@@ -19,6 +19,8 @@ type k8sFlags struct {
 	image, runfilesImage, seedImage string
 	workspaceClaim, secretName      string
 	hostEnvConfigMap, namespace     string
+	proxyImage                      string
+	cilium                          bool
 	ttl                             time.Duration
 }
 
@@ -26,6 +28,8 @@ func (f *k8sFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.image, "image", "", "k8s: engine image pinned by digest (default: the base image this host builds, hookbox.dev/base:<12 hex>@sha256:…)")
 	fs.StringVar(&f.runfilesImage, "runfiles-image", "", "k8s: OCI image holding the runfiles tree, pinned by digest (required)")
 	fs.StringVar(&f.seedImage, "seed-image", "", "k8s: image with mkdir and install that prepares the run dir, pinned by digest (required)")
+	fs.StringVar(&f.proxyImage, "proxy-image", "", "k8s: image holding the hookbox binary that runs the egress proxy sidecar, pinned by digest (required for a spec with network.allow)")
+	fs.BoolVar(&f.cilium, "cilium", false, "k8s: also emit a CiliumNetworkPolicy allowing network.allow names by FQDN (for clusters running Cilium)")
 	fs.StringVar(&f.workspaceClaim, "workspace-claim", k8s.DefaultWorkspaceClaim, "k8s: PersistentVolumeClaim mounted read-only at /workspace")
 	fs.StringVar(&f.secretName, "secret-name", k8s.DefaultSecretName, "k8s: Secret holding the secrets, one key per variable name")
 	fs.StringVar(&f.hostEnvConfigMap, "host-env-configmap", k8s.DefaultHostEnvConfigMap, "k8s: ConfigMap holding allow-listed host variables (optional keys)")
@@ -35,7 +39,7 @@ func (f *k8sFlags) register(fs *pflag.FlagSet) {
 
 // k8sOnlyFlags are the flags register adds; they mean nothing to other
 // formats, so giving one there is refused rather than ignored.
-var k8sOnlyFlags = []string{"image", "runfiles-image", "seed-image", "workspace-claim", "secret-name", "host-env-configmap", "namespace", "ttl"}
+var k8sOnlyFlags = []string{"image", "runfiles-image", "seed-image", "proxy-image", "cilium", "workspace-claim", "secret-name", "host-env-configmap", "namespace", "ttl"}
 
 // refuseK8sFlags refuses any k8s-only flag set on a render of another format.
 func refuseK8sFlags(fs *pflag.FlagSet, format string) error {
@@ -55,7 +59,7 @@ func (f *k8sFlags) options() (k8s.Options, error) {
 	}
 	ttl := int32(f.ttl / time.Second)
 	opts := k8s.Options{
-		Image: f.image, RunfilesImage: f.runfilesImage, SeedImage: f.seedImage,
+		Image: f.image, RunfilesImage: f.runfilesImage, SeedImage: f.seedImage, ProxyImage: f.proxyImage, Cilium: f.cilium,
 		WorkspaceClaim: f.workspaceClaim, SecretName: f.secretName, HostEnvConfigMap: f.hostEnvConfigMap,
 		Namespace: f.namespace, TTLSecondsAfterFinished: &ttl, Version: version,
 	}

@@ -41,16 +41,45 @@ func TestRenderK8s(t *testing.T) {
 		args []string
 		want string
 	}{
-		"undeclared --set": {[]string{"--set", "typo=1", "../../examples/pipeline.yaml"}, `--set typo: the spec declares no param "typo"`},
-		"malformed --set":  {[]string{"--set", "pr", "../../examples/pipeline.yaml"}, "write NAME=VALUE"},
-		"image not pinned": {[]string{"--runfiles-image", "runfiles:latest", "../../examples/review.yaml"}, "pinned by digest"},
-		"bad secret name":  {[]string{"--secret-name", "Bad_Name", "../../examples/review.yaml"}, "--secret-name"},
-		"unknown format":   {[]string{"--format", "helm", "../../examples/review.yaml"}, "use json, text, oci or k8s"},
-		"egress allowlist": {[]string{"../../examples/egress.yaml"}, "egress allowlists are not reproduced in Kubernetes yet"},
+		"undeclared --set":                {[]string{"--set", "typo=1", "../../examples/pipeline.yaml"}, `--set typo: the spec declares no param "typo"`},
+		"malformed --set":                 {[]string{"--set", "pr", "../../examples/pipeline.yaml"}, "write NAME=VALUE"},
+		"image not pinned":                {[]string{"--runfiles-image", "runfiles:latest", "../../examples/review.yaml"}, "pinned by digest"},
+		"bad secret name":                 {[]string{"--secret-name", "Bad_Name", "../../examples/review.yaml"}, "--secret-name"},
+		"unknown format":                  {[]string{"--format", "helm", "../../examples/review.yaml"}, "use json, text, oci or k8s"},
+		"allowlist without --proxy-image": {[]string{"../../examples/egress.yaml"}, "give --proxy-image"},
+		"proxy image not pinned":          {[]string{"--proxy-image", "hookbox:latest", "../../examples/egress.yaml"}, "--proxy-image"},
 	} {
 		code, _, stderr := k8sRun(t, tc.args...)
 		if code != exitSpec || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%s: exit %d, stderr %q, want %q", name, code, stderr, tc.want)
+		}
+	}
+}
+
+// TestRenderK8sEgress: an allowlist spec gets the proxy sidecar, and with
+// --cilium a CiliumNetworkPolicy; both flags are k8s-only.
+func TestRenderK8sEgress(t *testing.T) {
+	proxy := "registry.example/hookbox/proxy@sha256:" + strings.Repeat("4", 64)
+	code, stdout, stderr := k8sRun(t, "--proxy-image", proxy, "../../examples/egress.yaml")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"name: egress-proxy", "image: " + proxy, "restartPolicy: Always", "cidr: 0.0.0.0/0", "k8s-app: kube-dns"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(stdout, "CiliumNetworkPolicy") {
+		t.Error("a CiliumNetworkPolicy without --cilium")
+	}
+	code, stdout, stderr = k8sRun(t, "--proxy-image", proxy, "--cilium", "../../examples/egress.yaml")
+	if code != exitOK || !strings.Contains(stdout, "kind: CiliumNetworkPolicy") || !strings.Contains(stdout, "matchName: api.anthropic.com") {
+		t.Errorf("--cilium: exit %d %s", code, stderr)
+	}
+	for _, flag := range [][]string{{"--proxy-image", proxy}, {"--cilium"}} {
+		code, _, stderr := runCLI(t, append(append([]string{"render", "--format", "json"}, flag...), "../../examples/egress.yaml")...)
+		if code != exitSpec || !strings.Contains(stderr, flag[0]+" applies to --format k8s only") {
+			t.Errorf("%s with --format json: exit %d %s", flag[0], code, stderr)
 		}
 	}
 }

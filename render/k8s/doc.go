@@ -1,6 +1,7 @@
 // Package k8s turns renders into Kubernetes objects for a review pipeline:
 // per spawn one batch/v1 Job, one ConfigMap (the render's canonical JSON and
-// its generated files) and one NetworkPolicy (the render's network "none").
+// its generated files) and one NetworkPolicy (the render's network "none",
+// or what a NetworkPolicy can express of its egress allowlist).
 // The objects are k8s.io/api values serialized with sigs.k8s.io/yaml; no
 // YAML is written by hand.
 //
@@ -35,10 +36,17 @@
 //   - identity: user and group 65532, runAsNonRoot, no privilege
 //     escalation, every capability dropped, seccomp RuntimeDefault, no
 //     service account token, no service links.
+//   - egress allowlist: hookbox's proxy runs as a native sidecar
+//     (ProxyContainer, Options.ProxyImage) serving the render's allowlist
+//     from the ConfigMap's render.json; the NetworkPolicy allows IP entries
+//     exactly, the ports of name entries to every public address, and DNS
+//     to kube-dns when there are names. With Options.Cilium a
+//     CiliumNetworkPolicy allows the names by FQDN instead.
 //
 // What the cluster does not reproduce is written to the Job's annotation
 // hookbox.dev/not-reproduced (pids limit, liveness watchdogs, noexec
-// scratch, artifact harvest) and documented in the README.
+// scratch, artifact harvest, where the engine can reach an allowlist's
+// ports without the proxy) and documented in the README.
 //
 // Names: the Job, its ConfigMap and NetworkPolicy are named
 // <spawn>-<first 12 hex digits of the render digest>, so a changed render

@@ -109,6 +109,15 @@ type Options struct {
 	Namespace string
 	// TTLSecondsAfterFinished; nil means DefaultTTLSeconds.
 	TTLSecondsAfterFinished *int32
+	// ProxyImage runs the egress proxy sidecar of an allowlist render: an
+	// image holding the hookbox binary on its PATH, pinned by digest.
+	// Required for such renders only.
+	ProxyImage string
+	// Cilium adds a cilium.io/v2 CiliumNetworkPolicy to an allowlist
+	// render's objects, which allows names by FQDN, and narrows the
+	// NetworkPolicy to IP entries (both apply under Cilium, and allows add
+	// up).
+	Cilium bool
 	// Version is hookbox's version, for the annotation.
 	Version string
 	// ImagePaths are the paths Image holds, which runfile mounts must not
@@ -122,7 +131,10 @@ type Objects struct {
 	RenderDigest  string // "sha256:<hex>"
 	ConfigMap     *corev1.ConfigMap
 	NetworkPolicy *networkingv1.NetworkPolicy
-	Job           *batchv1.Job
+	// CiliumNetworkPolicy is set for an allowlist render with
+	// Options.Cilium: a cilium.io/v2 object, as JSON-shaped maps.
+	CiliumNetworkPolicy map[string]any
+	Job                 *batchv1.Job
 }
 
 var digestRef = regexp.MustCompile(`^[^@\s]+@sha256:[0-9a-f]{64}$`)
@@ -157,6 +169,9 @@ func (o Options) withDefaults() (Options, error) {
 		if errs := validation.IsDNS1123Subdomain(name.value); len(errs) > 0 {
 			problems = append(problems, fmt.Sprintf("--%s %q: %s", name.flag, name.value, strings.Join(errs, "; ")))
 		}
+	}
+	if o.ProxyImage != "" && !digestRef.MatchString(o.ProxyImage) {
+		problems = append(problems, fmt.Sprintf("--proxy-image %q: give an image pinned by digest, NAME@sha256:<64 hex>", o.ProxyImage))
 	}
 	if o.Namespace != "" {
 		if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
@@ -217,9 +232,12 @@ func Build(r *render.Render, opts Options) (*Objects, error) {
 	switch r.Network {
 	case render.NetworkNone:
 	case render.NetworkAllowlist:
-		// The Job would need hookbox's proxy beside the engine (a sidecar)
-		// and a NetworkPolicy letting only it out; neither exists yet.
-		return nil, fmt.Errorf("%w: egress allowlists are not reproduced in Kubernetes yet (a Job has no hookbox proxy); render it with network: none for the cluster", ErrUnsupported)
+		if r.Egress == nil || len(r.Egress.Allow) == 0 {
+			return nil, fmt.Errorf("%w: the render's network is %s but it lists no destinations; recompile the spec", ErrUnsupported, r.Network)
+		}
+		if opts.ProxyImage == "" {
+			return nil, fmt.Errorf("%w: spawn %s has an egress allowlist: give --proxy-image, an image holding the hookbox binary pinned by digest (NAME@sha256:<64 hex>), for its egress proxy sidecar", ErrOptions, r.Spawn)
+		}
 	default:
 		return nil, fmt.Errorf("%w: network %q; only none is known", ErrUnsupported, r.Network)
 	}
@@ -288,28 +306,40 @@ func Build(r *render.Render, opts Options) (*Objects, error) {
 			},
 		},
 	}
-	if notes := notReproduced(r); len(notes) > 0 {
+	if notes := notReproduced(r, opts.Cilium); len(notes) > 0 {
 		job.Annotations[AnnotationNotReproduced] = strings.Join(notes, "; ")
 	}
 	if r.Limits.TimeoutMS > 0 {
 		job.Spec.ActiveDeadlineSeconds = ptr((r.Limits.TimeoutMS + 999) / 1000)
 	}
+	selector := map[string]string{LabelSpawn: r.Spawn, LabelRender: hex[:12]}
 	np := &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: meta(),
 		Spec: networkingv1.NetworkPolicySpec{
 			// No rule: no traffic in or out of the pod; loopback inside it
 			// is untouched, like the render's network "none".
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSpawn: r.Spawn, LabelRender: hex[:12]}},
+			PodSelector: metav1.LabelSelector{MatchLabels: clone(selector)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		},
 	}
-	return &Objects{Spawn: r.Spawn, RenderDigest: digest, ConfigMap: cm, NetworkPolicy: np, Job: job}, nil
+	objs := &Objects{Spawn: r.Spawn, RenderDigest: digest, ConfigMap: cm, NetworkPolicy: np, Job: job}
+	if r.Network == render.NetworkAllowlist {
+		if np.Spec.Egress, err = egressRules(r.Egress, opts.Cilium); err != nil {
+			return nil, err
+		}
+		if opts.Cilium {
+			if objs.CiliumNetworkPolicy, err = ciliumPolicy(meta(), selector, r.Egress); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return objs, nil
 }
 
 // notReproduced lists what the render asks for that the cluster does not
 // enforce.
-func notReproduced(r *render.Render) []string {
+func notReproduced(r *render.Render, cilium bool) []string {
 	var notes []string
 	if r.Limits.Pids > 0 {
 		notes = append(notes, fmt.Sprintf("pids limit %d (no per-container limit in Kubernetes: the kubelet's podPidsLimit applies)", r.Limits.Pids))
@@ -323,6 +353,9 @@ func notReproduced(r *render.Render) []string {
 	}
 	if r.Trace.Mode != render.TraceOff && r.Trace.Mode != "" {
 		notes = append(notes, "exec trace "+string(r.Trace.Mode)+" (needs a node-level tracer)")
+	}
+	if r.Network == render.NetworkAllowlist {
+		return append(notes, egressNotes(r.Egress, cilium)...)
 	}
 	notes = append(notes, "network none only where the CNI enforces NetworkPolicy")
 	return notes
@@ -426,6 +459,18 @@ func (b *builder) podSpec() (corev1.PodSpec, error) {
 		q := *resource.NewMilliQuantity(r.Limits.MilliCPUs, resource.DecimalSI)
 		resources.Limits[corev1.ResourceCPU], resources.Requests[corev1.ResourceCPU] = q, q
 	}
+	initContainers := b.seedContainers(uid, gid)
+	if r.Network == render.NetworkAllowlist {
+		// Last: the run dir is seeded before the proxy starts, and the
+		// engine starts once the proxy's startup probe passes.
+		proxy, err := b.proxyContainer()
+		if err != nil {
+			return corev1.PodSpec{}, err
+		}
+		initContainers = append(initContainers, proxy)
+		volumes = append(volumes, b.renderVolume())
+		slices.SortFunc(volumes, func(a, b corev1.Volume) int { return strings.Compare(a.Name, b.Name) })
+	}
 	engine := corev1.Container{
 		Name:            EngineContainer,
 		Image:           b.opts.Image,
@@ -450,7 +495,7 @@ func (b *builder) podSpec() (corev1.PodSpec, error) {
 			RunAsGroup:     ptr(gid),
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
-		InitContainers: b.seedContainers(uid, gid),
+		InitContainers: initContainers,
 		Containers:     []corev1.Container{engine},
 		Volumes:        volumes,
 	}, nil
@@ -610,12 +655,17 @@ func (b *builder) seedContainers(uid, gid int64) []corev1.Container {
 }
 
 // Marshal writes the objects as multi-document YAML, each document starting
-// with "---": per spawn its ConfigMap, NetworkPolicy and Job. The bytes
+// with "---": per spawn its ConfigMap, NetworkPolicy, CiliumNetworkPolicy
+// (when there is one) and Job. The bytes
 // depend on the objects only (keys sorted).
 func Marshal(objs []*Objects) ([]byte, error) {
 	var out bytes.Buffer
 	for _, o := range objs {
-		for _, obj := range []any{o.ConfigMap, o.NetworkPolicy, o.Job} {
+		docs := []any{o.ConfigMap, o.NetworkPolicy, o.Job}
+		if o.CiliumNetworkPolicy != nil {
+			docs = []any{o.ConfigMap, o.NetworkPolicy, o.CiliumNetworkPolicy, o.Job}
+		}
+		for _, obj := range docs {
 			doc, err := marshalDocument(obj)
 			if err != nil {
 				return nil, fmt.Errorf("spawn %s: %w", o.Spawn, err)

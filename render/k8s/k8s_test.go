@@ -257,10 +257,14 @@ func TestBuildRefusals(t *testing.T) {
 			r.Mounts = append(r.Mounts, render.Mount{Destination: "/grants/docs", Kind: render.MountBind, Source: "/docs", ReadOnly: true})
 		}, ErrUnsupported, "addDirs"},
 		{"network", func(r *render.Render, _ *Options) { r.Network = "host" }, ErrUnsupported, "network"},
-		{"egress allowlist", func(r *render.Render, _ *Options) {
+		{"egress allowlist without a proxy image", func(r *render.Render, _ *Options) {
 			r.Network = render.NetworkAllowlist
 			r.Egress = render.NewEgress([]render.Destination{{Host: "api.anthropic.com", Port: 443, Kind: render.DestName, Source: render.SourceModelAPI}})
-		}, ErrUnsupported, "egress allowlists are not reproduced in Kubernetes yet"},
+		}, ErrOptions, "give --proxy-image"},
+		{"proxy image by tag", func(_ *render.Render, o *Options) { o.ProxyImage = "hookbox:latest" }, ErrOptions, "--proxy-image"},
+		{"allowlist without destinations", func(r *render.Render, o *Options) {
+			r.Network, r.Egress, o.ProxyImage = render.NetworkAllowlist, nil, goldenProxyImage
+		}, ErrUnsupported, "lists no destinations"},
 		{"file outside config and run dir", func(r *render.Render, _ *Options) {
 			r.Files = []render.File{{Path: "/etc/x", Mode: 0o644}}
 		}, ErrUnsupported, "neither"},
