@@ -1,6 +1,6 @@
 // Package egress is the mechanism behind egress allowlists: an HTTP
 // forward proxy that hookbox runs on the host, whose listening socket lives
-// inside a container's network namespace (ListenInNetns) and which dials
+// inside a container's network namespace (internal/nsnet) and which dials
 // upstream from the host's namespace. The container has only loopback, so
 // a program that ignores the proxy variables has no route at all; one that
 // uses the proxy reaches what the Policy allows and nothing else.

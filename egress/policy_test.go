@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"hookbox.dev/hookbox/internal/addrclass"
 )
 
 func TestParseRule(t *testing.T) {
@@ -89,12 +91,12 @@ func TestInternalAddress(t *testing.T) {
 		"169.254.169.254", "172.16.0.1", "172.31.255.255", "192.168.1.1", "224.0.0.1", "255.255.255.255", "198.18.0.1",
 		"::", "::1", "fe80::1", "fc00::1", "fd12:3456::1", "ff02::1", "::127.0.0.1", "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1",
 		"2002:a00:1::", "2001:db8::1", "fec0::1"} {
-		if _, bad := internalAddress(netip.MustParseAddr(s)); !bad {
+		if _, bad := addrclass.Internal(netip.MustParseAddr(s)); !bad {
 			t.Errorf("%s is not reported internal", s)
 		}
 	}
 	for _, s := range []string{"8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "64:ff9b::808:808", "2002:808:808::"} {
-		if what, bad := internalAddress(netip.MustParseAddr(s)); bad {
+		if what, bad := addrclass.Internal(netip.MustParseAddr(s)); bad {
 			t.Errorf("%s is reported internal (%s)", s, what)
 		}
 	}

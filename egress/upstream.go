@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+
+	"hookbox.dev/hookbox/internal/addrclass"
 )
 
 // destination is a judged request target: the rule that allowed it and
@@ -63,7 +65,7 @@ func (p *Proxy) judge(ctx context.Context, host string, port int) (destination, 
 	var internal []string
 	for _, ip := range ips {
 		ip = ip.Unmap().WithZone("")
-		if what, bad := internalAddress(ip); bad {
+		if what, bad := addrclass.Internal(ip); bad {
 			if _, exempt := p.opts.Policy.matchIP(ip, port); !exempt {
 				internal = append(internal, ip.String()+" ("+what+")")
 				continue

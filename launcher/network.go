@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"hookbox.dev/hookbox/egress"
+	"hookbox.dev/hookbox/internal/nsnet"
+	"hookbox.dev/hookbox/plan"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -56,12 +58,12 @@ func (x *execution) startEgress(initPID int) error {
 	if x.r.Egress == nil {
 		return fmt.Errorf("egress: the render's network is %s but it lists no destinations; recompile the spec", x.r.Network)
 	}
-	policy := x.r.Egress.Policy()
+	policy := plan.EgressPolicy(x.r)
 	if err := policy.Validate(); err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
 	nsPath := "/proc/" + strconv.Itoa(initPID) + "/ns/net"
-	l, err := egress.ListenInNetns(nsPath, x.r.Egress.ProxyAddress)
+	l, err := nsnet.Listen(nsPath, x.r.Egress.ProxyAddress)
 	if err != nil {
 		return fmt.Errorf("egress: cannot listen at %s inside the container's network namespace (%w): hookbox needs CAP_SYS_ADMIN over that namespace (run as root, or rootless inside RootlessKit's namespaces); hookbox doctor says whether this host can offer egress", x.r.Egress.ProxyAddress, err)
 	}

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"hookbox.dev/hookbox/egress"
 )
 
 // The render's network.
@@ -143,14 +141,4 @@ func (e *Egress) sort() {
 	slices.SortFunc(e.Allow, func(a, b Destination) int {
 		return cmp.Or(strings.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port), strings.Compare(a.Source, b.Source))
 	})
-}
-
-// Policy is the allowlist as the proxy's rules, one per destination: the
-// launcher's proxy and `hookbox egress serve` in a pod enforce the same one.
-func (e *Egress) Policy() egress.Policy {
-	var p egress.Policy
-	for _, d := range e.Allow {
-		p.Allow = append(p.Allow, egress.Rule{Host: d.Host, Port: d.Port, Kind: egress.Kind(d.Kind)})
-	}
-	return p
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/egress"
+	"hookbox.dev/hookbox/plan"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -94,7 +95,7 @@ func readEgressPolicy(file string) (egress.Policy, error) {
 	if r.Network != render.NetworkAllowlist || r.Egress == nil {
 		return egress.Policy{}, usageError{fmt.Errorf("--render %s: spawn %s has network %q, no egress allowlist to serve", file, r.Spawn, r.Network)}
 	}
-	policy := r.Egress.Policy()
+	policy := plan.EgressPolicy(&r)
 	if err := policy.Validate(); err != nil {
 		return egress.Policy{}, usageError{fmt.Errorf("--render %s: %w", file, err)}
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"hookbox.dev/hookbox/egress"
+	"hookbox.dev/hookbox/internal/nsnet"
 	"hookbox.dev/hookbox/internal/testenv"
 )
 
@@ -123,7 +123,7 @@ func (h *Host) Addr() netip.Addr { return h.addr }
 // in that namespace whichever goroutine uses it.
 func (h *Host) Listen(t testing.TB, port int) net.Listener {
 	t.Helper()
-	l, err := egress.ListenInNetns("/run/netns/"+h.nsName, netip.AddrPortFrom(h.addr, uint16(port)).String())
+	l, err := nsnet.Listen("/run/netns/"+h.nsName, netip.AddrPortFrom(h.addr, uint16(port)).String())
 	if err != nil {
 		t.Fatalf("listening on test host %s: %v", h.addr, err)
 	}

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"hookbox.dev/hookbox/egress"
+	"hookbox.dev/hookbox/internal/addrclass"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -111,11 +111,11 @@ func hostPrefix(host string) (string, error) {
 }
 
 // publicAddresses is every address the proxy may reach for a name: all of
-// IPv4 and IPv6 except the internal ranges it refuses (egress.InternalPrefixes).
+// IPv4 and IPv6 except the internal ranges it refuses (addrclass.Prefixes).
 func publicAddresses() []networkingv1.NetworkPolicyPeer {
 	v4 := &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}
 	v6 := &networkingv1.IPBlock{CIDR: "::/0"}
-	for _, p := range egress.InternalPrefixes() {
+	for _, p := range addrclass.Prefixes() {
 		if p.Addr().Is4() {
 			v4.Except = append(v4.Except, p.String())
 		} else if p.Bits() > 0 {

@@ -1,4 +1,9 @@
-package egress
+// Package addrclass says which IP addresses are internal (loopback,
+// link-local and cloud metadata, private, unique-local, CGNAT, reserved):
+// the addresses a proxied name may not resolve to. The egress proxy judges
+// with it, and the Kubernetes output mirrors it in its NetworkPolicy, so
+// the two agree by construction. Pure: no lookups.
+package addrclass
 
 import "net/netip"
 
@@ -43,18 +48,18 @@ var (
 	sixTo4 = netip.MustParsePrefix("2002::/16")
 )
 
-// internalAddress says whether a resolved address is internal, and which
+// Internal says whether a resolved address is internal, and which
 // range it is in. ip must be unmapped.
-func internalAddress(ip netip.Addr) (what string, internal bool) {
+func Internal(ip netip.Addr) (what string, internal bool) {
 	if ip.Is6() {
 		b := ip.As16()
 		switch {
 		case nat64.Contains(ip):
-			if what, bad := internalAddress(netip.AddrFrom4([4]byte(b[12:16]))); bad {
+			if what, bad := Internal(netip.AddrFrom4([4]byte(b[12:16]))); bad {
 				return "NAT64 of " + what, true
 			}
 		case sixTo4.Contains(ip):
-			if what, bad := internalAddress(netip.AddrFrom4([4]byte(b[2:6]))); bad {
+			if what, bad := Internal(netip.AddrFrom4([4]byte(b[2:6]))); bad {
 				return "6to4 of " + what, true
 			}
 		}
@@ -67,11 +72,11 @@ func internalAddress(ip netip.Addr) (what string, internal bool) {
 	return "", false
 }
 
-// InternalPrefixes are the ranges a resolved name may not reach unless an
+// Prefixes are the ranges a resolved name may not reach unless an
 // IP rule names the address, for a platform policy that mirrors the proxy
 // (the Kubernetes Job's NetworkPolicy excepts them). NAT64 and 6to4
 // addresses are judged by the address they embed, which no prefix says.
-func InternalPrefixes() []netip.Prefix {
+func Prefixes() []netip.Prefix {
 	out := make([]netip.Prefix, len(internalRanges))
 	for i, r := range internalRanges {
 		out[i] = r.prefix

@@ -1,4 +1,4 @@
-package egress
+package nsnet
 
 import (
 	"fmt"
@@ -74,9 +74,9 @@ func dialInNetns(t *testing.T, path, addr string) (net.Conn, error) {
 	return r.c, r.err
 }
 
-func TestListenInNetns(t *testing.T) {
+func TestListen(t *testing.T) {
 	path := newNamedNetns(t)
-	l, err := ListenInNetns(path, "127.0.0.1:0")
+	l, err := Listen(path, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,8 +157,8 @@ func TestListenOnThreadReturns(t *testing.T) {
 	}
 }
 
-func TestListenInNetnsMissingNamespace(t *testing.T) {
-	if _, err := ListenInNetns("/nonexistent/ns/net", "127.0.0.1:0"); err == nil {
+func TestListenMissingNamespace(t *testing.T) {
+	if _, err := Listen("/nonexistent/ns/net", "127.0.0.1:0"); err == nil {
 		t.Fatal("want an error for a namespace path that does not exist")
 	}
 }

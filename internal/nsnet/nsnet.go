@@ -1,4 +1,8 @@
-package egress
+// Package nsnet opens sockets inside another network namespace from this
+// process: the listener of hookbox's egress proxy inside a container, and
+// test hosts' servers. A socket belongs to the namespace it was created in
+// wherever it is used afterwards, so only its creation needs the namespace.
+package nsnet
 
 import (
 	"errors"
@@ -9,7 +13,7 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// ListenInNetns opens a TCP listener at addr (such as "127.0.0.1:3128")
+// Listen opens a TCP listener at addr (such as "127.0.0.1:3128")
 // inside the network namespace at nsPath (such as /proc/<pid>/ns/net). A
 // socket belongs to the namespace it was created in, so the listener stays
 // there: the container reaches it on its own loopback, while the proxy
@@ -24,7 +28,7 @@ import (
 //
 // Entering a namespace needs CAP_SYS_ADMIN over the user namespace that
 // owns it.
-func ListenInNetns(nsPath, addr string) (net.Listener, error) {
+func Listen(nsPath, addr string) (net.Listener, error) {
 	target, err := netns.GetFromPath(nsPath)
 	if err != nil {
 		return nil, fmt.Errorf("open network namespace %s: %w", nsPath, err)
