@@ -15,7 +15,7 @@ type SkipReason string
 
 // Skip reasons.
 const (
-	SkipSymlink    SkipReason = "symlink"    // never followed, never copied
+	SkipSymlink    SkipReason = "symlink"    // turned into a symlink while harvested (a listed symlink is in Report.Symlinks)
 	SkipFIFO       SkipReason = "fifo"       // never opened
 	SkipDevice     SkipReason = "device"     // character or block device
 	SkipSocket     SkipReason = "socket"     // never connected
@@ -48,9 +48,21 @@ type Report struct {
 	// after it (in sorted walk order) are in Skipped as over-cap.
 	CapReached bool      `json:"cap_reached"`
 	Skipped    []Skipped `json:"skipped,omitempty"`
+	// Symlinks are recorded by their target text, never followed nor
+	// recreated in the copy (a link the engine wrote must not point the
+	// host's reader of the harvest anywhere). Their whole content is the
+	// target, so they do not make a harvest partial: engines write them as
+	// a matter of course (Codex's arg0 links under $CODEX_HOME/tmp).
+	Symlinks []Symlink `json:"symlinks,omitempty"`
 }
 
-// Complete reports whether every entry was copied.
+// Symlink is one symlink of the harvested tree.
+type Symlink struct {
+	Path   string `json:"path"` // slash-separated, relative to the harvested root
+	Target string `json:"target"`
+}
+
+// Complete reports whether every entry was copied or recorded.
 func (r Report) Complete() bool { return len(r.Skipped) == 0 }
 
 // Harvest copies the regular files and directories under src into dst
@@ -59,7 +71,8 @@ func (r Report) Complete() bool { return len(r.Skipped) == 0 }
 // It never follows a symlink: every entry is opened relative to its parent
 // directory's fd with openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 // RESOLVE_NO_XDEV, so nothing outside src (and no other mount inside it)
-// is read. Symlinks, fifos, devices and sockets are reported, never opened.
+// is read. Symlinks are recorded with their target (Report.Symlinks);
+// fifos, devices and sockets are reported skipped; none is ever opened.
 // Entries are visited in sorted order, so the same tree gives the same
 // result every time.
 //
@@ -134,15 +147,18 @@ func (h *harvester) entry(srcfd, dstfd int, name, rel string, depth int) error {
 		h.skip(rel, SkipUnreadable, err.Error())
 		return nil
 	}
-	if why, ok := specialReason(st.Mode); ok {
-		detail := kindName(st.Mode)
-		if why == SkipSymlink {
-			buf := make([]byte, unix.PathMax)
-			if n, err := unix.Readlinkat(srcfd, name, buf); err == nil {
-				detail = "-> " + string(buf[:n])
-			}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(srcfd, name, buf)
+		if err != nil {
+			h.skip(rel, SkipUnreadable, "readlink: "+err.Error())
+			return nil
 		}
-		h.skip(rel, why, detail)
+		h.rep.Symlinks = append(h.rep.Symlinks, Symlink{Path: orDot(rel), Target: string(buf[:n])})
+		return nil
+	}
+	if why, ok := specialReason(st.Mode); ok {
+		h.skip(rel, why, kindName(st.Mode))
 		return nil
 	}
 	if h.rep.CapReached {
