@@ -25,6 +25,10 @@ var geminiToolEvents = []string{"AfterTool", "BeforeTool"}
 
 var geminiFlags = flagTable{
 	{kind: flagValue, name: "--output-format", value: constant("json")},
+	// 0.61.0 exits 55 in a workspace it has not been told to trust, and a
+	// headless run cannot answer its prompt. hookbox chose the workspace
+	// and mounts it read-only, so the session trusts it.
+	{kind: flagBool, name: "--skip-trust", value: always},
 	{kind: flagValue, name: "-m", value: func(c *compilation) any { return c.r.Engine.Model }},
 	{kind: flagRepeat, name: "--add-dir", value: grantArgs},
 }

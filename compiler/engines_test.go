@@ -131,7 +131,7 @@ func TestEngineArgv(t *testing.T) {
 		{
 			name:  "gemini",
 			spec:  spawnYAML("{kind: gemini, path: /opt/gemini, model: gemini-3-pro, effort: low}", "  prompt: look", "  addDirs: [/d/x]"),
-			argv:  []string{"/opt/gemini", "--output-format", "json", "-m", "gemini-3-pro-low", "--add-dir", "/grants/x", "--prompt", "look"},
+			argv:  []string{"/opt/gemini", "--output-format", "json", "--skip-trust", "-m", "gemini-3-pro-low", "--add-dir", "/grants/x", "--prompt", "look"},
 			cwd:   "/workspace",
 			stdin: "/dev/null",
 		},
