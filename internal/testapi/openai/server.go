@@ -210,7 +210,7 @@ func (s *Server) ModelRequests() []*ResponsesRequest {
 // ServeHTTP records the request and answers it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone()}
-	rec.HasAPIKey = strings.HasPrefix(rec.Header.Get("Authorization"), "Bearer ") && len(rec.Header.Get("Authorization")) > len("Bearer ")
+	rec.HasAPIKey = strings.TrimPrefix(rec.Header.Get("Authorization"), "Bearer ") != ""
 	rec.Header.Del("Authorization")
 	if r.URL.Path != "/v1/responses" || r.Method != http.MethodPost {
 		s.record(rec)
