@@ -25,10 +25,23 @@ setup:
 demo: setup build
 	HOOKBOX_PROGRESS=1 ./bin/hookbox run examples/hello.yaml
 
-## real-engines: install the real engine CLIs the integration tests run (npm)
+## real-engines: install the real engine CLIs the tests run (npm, pinned):
+## one npm install of those whose entry file is missing (the paths are the
+## *Engine constants of internal/testapi/...)
+ENGINES_DIR := /opt/engines
+ENGINES := \
+  @anthropic-ai/claude-code@2.1.197=node_modules/@anthropic-ai/claude-code-linux-x64/claude \
+  @openai/codex@0.171.0=node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex \
+  @google/gemini-cli@0.61.0=node_modules/@google/gemini-cli/bundle/gemini.js \
+  @mariozechner/pi-coding-agent@0.73.1=node_modules/@mariozechner/pi-coding-agent/dist/cli.js
 real-engines:
-	@test -x /opt/engines/node_modules/@anthropic-ai/claude-code-linux-x64/claude || \
-	  { mkdir -p /opt/engines && cd /opt/engines && npm install --no-audit --no-fund --silent @anthropic-ai/claude-code@2.1.197; }
+	@missing=; for e in $(ENGINES); do \
+	  test -x "$(ENGINES_DIR)/$${e#*=}" || missing="$$missing $${e%%=*}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing into $(ENGINES_DIR):$$missing"; \
+	  mkdir -p $(ENGINES_DIR) && cd $(ENGINES_DIR) && npm install --no-audit --no-fund --silent --save-exact $$missing; \
+	fi
 
 ## integration: only the root/containerd/runc tests, required to run
 integration:
