@@ -277,9 +277,11 @@ func (c *compilation) grantPaths() []string {
 
 func (c *compilation) mounts() {
 	s := c.spec
-	ms := []render.Mount{{
-		Destination: render.WorkspaceDir, Kind: render.MountBind, Source: s.Workspace, ReadOnly: true,
-	}}
+	workspace := render.Mount{Destination: render.WorkspaceDir, Kind: render.MountBind, Source: s.Workspace.Path, ReadOnly: true}
+	if s.Workspace.Overlay() {
+		workspace = render.Mount{Destination: render.WorkspaceDir, Kind: render.MountOverlay, Source: s.Workspace.Path}
+	}
+	ms := []render.Mount{workspace}
 	for i, dest := range c.grantPaths() {
 		ms = append(ms, render.Mount{Destination: dest, Kind: render.MountBind, Source: s.AddDirs[i], ReadOnly: true})
 	}

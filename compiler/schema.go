@@ -69,6 +69,7 @@ var handWritten = map[reflect.Type]map[string]any{
 	reflect.TypeFor[Quantity](): quantitySchema,
 	reflect.TypeFor[Command]():  commandSchema,
 	reflect.TypeFor[Network]():  networkSchema,
+	reflect.TypeFor[Workspace](): workspaceSchema,
 }
 
 func (g *schemaGen) schemaFor(t reflect.Type) map[string]any {

@@ -60,7 +60,7 @@ type SpawnSpec struct {
 	Engine     Engine                `json:"engine"`
 	Prompt     *string               `json:"prompt,omitempty" doc:"The task given to the engine. Exactly one of prompt and promptFile."`
 	PromptFile string                `json:"promptFile,omitempty" doc:"A file whose content is the prompt; relative to the spec file."`
-	Workspace  string                `json:"workspace" doc:"Host directory mounted read-only at /workspace; relative to the spec file."`
+	Workspace  Workspace             `json:"workspace" doc:"Host directory mounted at /workspace; relative to the spec file. A string: read-only. {path: DIR, mode: overlay}: the engine may write there; its changes stay in the run's memory, the host directory is never written, and they are harvested as the artifact workspace.patch (git diff --binary format) with workspace.changes.json."`
 	AddDirs    []string              `json:"addDirs,omitempty" doc:"Extra host directories granted read-only, mounted at /grants/<basename>."`
 	MCPServers *map[string]MCPServer `json:"mcpServers,omitempty" doc:"MCP servers. Absent: the engine discovers its own. {} (explicitly empty): the engine gets no server at all."`
 	Hooks      []Hook                `json:"hooks,omitempty"`
@@ -126,7 +126,7 @@ type ScriptStep struct {
 	Print     any            `json:"print,omitempty" doc:"Print one line on stdout: a string as is, anything else as one line of JSON."`
 	Stderr    string         `json:"stderr,omitempty" doc:"Print one line on stderr."`
 	Sleep     Duration       `json:"sleep,omitempty"`
-	Write     *WriteStep     `json:"write,omitempty" doc:"Write a file under /run/hookbox."`
+	Write     *WriteStep     `json:"write,omitempty" doc:"Write a file under /run/hookbox (or /workspace with workspace mode overlay)."`
 	Hook      string         `json:"hook,omitempty" doc:"Fire the event of the named hook the way Claude Code does: every hook of that event runs (exec form: direct exec). For a tool event the hook's matcher is used as the tool name, so write a literal tool name as matcher."`
 	Daemonize *DaemonizeStep `json:"daemonize,omitempty" doc:"Start a child that daemonizes (setsid, double fork) and ignores SIGTERM."`
 	Allocate  Quantity       `json:"allocate,omitempty" doc:"Allocate and touch this much memory."`
@@ -137,7 +137,7 @@ type ScriptStep struct {
 }
 
 type WriteStep struct {
-	Path    string `json:"path" doc:"Absolute path under /run/hookbox."`
+	Path    string `json:"path" doc:"Absolute path under /run/hookbox, or under /workspace with workspace mode overlay."`
 	Content string `json:"content"`
 }
 

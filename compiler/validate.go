@@ -78,10 +78,12 @@ func (p *Parsed) validate(diags *diagnostics, readFile func(string) ([]byte, err
 
 	p.validatePrompt(diags, readFile)
 
-	if s.Workspace == "" {
+	switch {
+	case s.Workspace.malformed: // decoding said what is wrong
+	case s.Workspace.Path == "":
 		p.errf(diags, "spec.workspace", "give the host directory the engine works on (mounted read-only at /workspace), e.g. workspace: .", "spec.workspace is required")
-	} else {
-		s.Workspace = p.hostPath(s.Workspace)
+	default:
+		s.Workspace.Path = p.hostPath(s.Workspace.Path)
 	}
 	seenDirs := map[string]bool{}
 	for i, dir := range s.AddDirs {
@@ -98,9 +100,9 @@ func (p *Parsed) validate(diags *diagnostics, readFile func(string) ([]byte, err
 	}
 
 	p.validateMCP(diags)
-	if s.Engine.Kind == "codex" && s.MCPServers != nil && s.Workspace != "" {
+	if s.Engine.Kind == "codex" && s.MCPServers != nil && s.Workspace.Path != "" {
 		// A missing file simply declares no servers.
-		if data, err := readFile(filepath.Join(s.Workspace, ".codex", "config.toml")); err == nil {
+		if data, err := readFile(filepath.Join(s.Workspace.Path, ".codex", "config.toml")); err == nil {
 			p.workspaceCodexServers = codexWorkspaceServers(data)
 		}
 	}
@@ -125,6 +127,8 @@ func (p *Parsed) validate(diags *diagnostics, readFile func(string) ([]byte, err
 			p.errf(diags, field, "name a path relative to the run dir /run/hookbox, e.g. out/review.md", "artifact %q leaves the run dir", a)
 		case seenArtifacts[clean]:
 			p.errf(diags, field, "remove the duplicate", "artifact %q is declared twice", a)
+		case (clean == render.WorkspacePatch || clean == render.WorkspaceChanges) && !s.Workspace.Overlay():
+			p.errf(diags, field, "write workspace: {path: DIR, mode: overlay}, or remove the entry", "artifact %q is written by hookbox only for an overlay workspace", a)
 		default:
 			s.Artifacts[i] = clean
 		}
@@ -417,8 +421,10 @@ func (p *Parsed) validateScript(diags *diagnostics, def *engineDef) {
 		}
 		switch {
 		case step.Write != nil:
-			if !strings.HasPrefix(path.Clean(step.Write.Path)+"/", render.RunDir+"/") || path.Clean(step.Write.Path) == render.RunDir {
-				p.errf(diags, field+".write.path", "write under /run/hookbox, e.g. /run/hookbox/out/result.txt", "%q is outside the writable run dir", step.Write.Path)
+			clean := path.Clean(step.Write.Path)
+			inOverlay := s.Workspace.Overlay() && render.Within(clean, render.WorkspaceDir) && clean != render.WorkspaceDir
+			if !inOverlay && (!render.Within(clean, render.RunDir) || clean == render.RunDir) {
+				p.errf(diags, field+".write.path", "write under /run/hookbox, e.g. /run/hookbox/out/result.txt (or under /workspace with workspace mode overlay)", "%q is outside the writable run dir", step.Write.Path)
 			}
 		case step.Hook != "":
 			if !hooks[step.Hook] {

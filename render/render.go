@@ -194,6 +194,17 @@ type Hook struct {
 const (
 	MountBind  = "bind"
 	MountTmpfs = "tmpfs"
+	// MountOverlay is the writable workspace: Source is the host directory,
+	// the overlay's read-only lower layer; the upper layer is a per-run
+	// tmpfs the launcher creates, so the host directory is never written.
+	MountOverlay = "overlay"
+)
+
+// Artifacts hookbox itself writes into a run's harvested run dir when the
+// workspace is an overlay: the changes as a patch, and as lists.
+const (
+	WorkspacePatch   = "workspace.patch"
+	WorkspaceChanges = "workspace.changes.json"
 )
 
 // Mount is one filesystem the container sees besides the base image and
@@ -201,7 +212,7 @@ const (
 type Mount struct {
 	Destination string   `json:"destination"`
 	Kind        string   `json:"kind"`
-	Source      string   `json:"source,omitempty"` // host path for binds
+	Source      string   `json:"source,omitempty"` // host path for binds; the lower layer of an overlay
 	ReadOnly    bool     `json:"read_only"`
 	Options     []string `json:"options,omitempty"`
 	SizeBytes   int64    `json:"size_bytes,omitempty"`
