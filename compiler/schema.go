@@ -65,10 +65,10 @@ func (g *schemaGen) ref(t reflect.Type) map[string]any {
 
 // handWritten maps the types that decode themselves to their schemas.
 var handWritten = map[reflect.Type]map[string]any{
-	reflect.TypeFor[Duration](): durationSchema,
-	reflect.TypeFor[Quantity](): quantitySchema,
-	reflect.TypeFor[Command]():  commandSchema,
-	reflect.TypeFor[Network]():  networkSchema,
+	reflect.TypeFor[Duration]():  durationSchema,
+	reflect.TypeFor[Quantity]():  quantitySchema,
+	reflect.TypeFor[Command]():   commandSchema,
+	reflect.TypeFor[Network]():   networkSchema,
 	reflect.TypeFor[Workspace](): workspaceSchema,
 }
 
