@@ -40,6 +40,9 @@ type Mount struct {
 	// DestKind is what exists at Destination in the rootfs. Every mount
 	// hookbox plans lands on a directory; a bind source must match it.
 	DestKind FileKind `json:"dest_kind"`
+	// Overlay holds the layers of the workspace overlay (TypeOverlay),
+	// which its Options carry too.
+	Overlay *OverlayLayers `json:"overlay,omitempty"`
 }
 
 // ReadOnly reports whether m is mounted read-only.
@@ -51,6 +54,9 @@ type Plan struct {
 	// RunDirBytes is the size of the host tmpfs to Create at the run dir's
 	// host path.
 	RunDirBytes int64 `json:"run_dir_bytes"`
+	// WorkspaceStoreBytes is the size of the tmpfs to CreateWorkspaceStore
+	// at HostPaths.WorkspaceStore; 0 without a workspace overlay.
+	WorkspaceStoreBytes int64 `json:"workspace_store_bytes,omitempty"`
 	// Notes say what the plan could not do on this host (e.g. recursive
 	// read-only) and what it did instead.
 	Notes []string `json:"notes,omitempty"`
@@ -66,6 +72,10 @@ type HostPaths struct {
 	// RunDir is the host mountpoint of the run's tmpfs (see Create); it is
 	// bound read-write at render.RunDir.
 	RunDir string
+	// WorkspaceStore is the host mountpoint of the tmpfs holding the upper
+	// and work directories of a workspace overlay (CreateWorkspaceStore);
+	// used only when the render has one.
+	WorkspaceStore string
 }
 
 // Features are what this host's kernel and runtime support.
@@ -126,6 +136,14 @@ func MountPlan(r *render.Render, host HostPaths, feat Features) (Plan, error) {
 				flat = append(flat, m.Destination)
 			}
 			p.Mounts = append(p.Mounts, m)
+		case rm.Kind == render.MountOverlay:
+			m, err := planOverlay(rm, host)
+			if err != nil {
+				return Plan{}, err
+			}
+			p.WorkspaceStoreBytes = r.Limits.TmpfsBytes
+			p.Mounts = append(p.Mounts, m)
+			p.Notes = append(p.Notes, "workspace "+rm.Source+" is a writable overlay; its changes stay in the workspace store and mounts under it are not visible in the container")
 		case rm.Kind == render.MountTmpfs && rm.Destination == render.RunDir:
 			if mode >= 0 && mode != runDirMode {
 				return Plan{}, fmt.Errorf("%w: tmpfs run dir %s asks for mode=%o; the host tmpfs is always created 0700, remove the option", ErrInvalid, rm.Destination, mode)
@@ -158,7 +176,7 @@ func MountPlan(r *render.Render, host HostPaths, feat Features) (Plan, error) {
 				DestKind: KindDir,
 			})
 		default:
-			return Plan{}, fmt.Errorf("%w: mount at %s has kind %q; use %q or %q", ErrInvalid, rm.Destination, rm.Kind, render.MountBind, render.MountTmpfs)
+			return Plan{}, fmt.Errorf("%w: mount at %s has kind %q; use %q, %q or (the workspace) %q", ErrInvalid, rm.Destination, rm.Kind, render.MountBind, render.MountTmpfs, render.MountOverlay)
 		}
 	}
 	if !sawRunDir {

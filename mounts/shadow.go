@@ -35,7 +35,8 @@ func hidden(path string) bool {
 }
 
 // RunHostPaths is where a run keeps its host-side mount sources inside its
-// run record directory: the generated config files and the tmpfs mountpoint.
+// run record directory: the generated config files, the tmpfs mountpoint
+// and the workspace store's mountpoint (used only by an overlay workspace).
 func RunHostPaths(runRecordDir string) HostPaths {
-	return HostPaths{ConfigDir: runRecordDir + "/etc", RunDir: runRecordDir + "/tmpfs"}
+	return HostPaths{ConfigDir: runRecordDir + "/etc", RunDir: runRecordDir + "/tmpfs", WorkspaceStore: runRecordDir + "/workspace-store"}
 }

@@ -3,6 +3,7 @@ package mounts
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -22,13 +23,15 @@ func Validate(p Plan) error {
 }
 
 // ValidateBeforeLaunch is Validate for a plan shown before any run
-// (`hookbox render --format oci`): the two sources a run creates itself,
-// host's run dir tmpfs and config dir, do not exist yet and are skipped;
+// (`hookbox render --format oci`): the sources a run creates itself, host's
+// run dir tmpfs, config dir and workspace store, do not exist yet and are
+// skipped;
 // every other check applies, so a plan it accepts fails at launch only if
 // the host changed in between.
 func ValidateBeforeLaunch(p Plan, host HostPaths) error {
 	return validate(p, func(m Mount) bool {
-		return m.Type == TypeBind && (m.Source == host.RunDir || m.Source == host.ConfigDir)
+		return (m.Type == TypeBind && (m.Source == host.RunDir || m.Source == host.ConfigDir)) ||
+			(m.Type == TypeOverlay && m.Overlay != nil && filepath.Dir(m.Overlay.Upper) == host.WorkspaceStore)
 	})
 }
 
@@ -38,6 +41,10 @@ func validate(p Plan, createdByRun func(Mount) bool) error {
 	}
 	var errs []error
 	for i, m := range p.Mounts {
+		if m.Type == TypeOverlay {
+			errs = append(errs, checkOverlaySources(m, createdByRun(m))...)
+			continue
+		}
 		if m.Type != TypeBind || createdByRun(m) {
 			continue
 		}
@@ -48,17 +55,60 @@ func validate(p Plan, createdByRun func(Mount) bool) error {
 	return errors.Join(errs...)
 }
 
+// checkOverlaySources checks a workspace overlay's layers on the host: the
+// lower layer like a workspace bind source (a real directory, not a
+// symlink), and, unless the run has yet to create it, the workspace store:
+// a tmpfs mountpoint holding real upper and work directories.
+func checkOverlaySources(m Mount, storePending bool) []error {
+	l := m.Overlay
+	var errs []error
+	if err := checkSource(Mount{Destination: m.Destination, Type: TypeBind, Source: l.Lower, DestKind: KindDir}, ""); err != nil {
+		errs = append(errs, err)
+	}
+	if storePending {
+		return errs
+	}
+	store := filepath.Dir(l.Upper)
+	if e, err := mountAt(store); err != nil {
+		errs = append(errs, fmt.Errorf("checking the workspace store %s: %w", store, err))
+	} else if e == nil || e.FSType != "tmpfs" {
+		errs = append(errs, fmt.Errorf("%w: the workspace store %s is not a tmpfs mountpoint; CreateWorkspaceStore there first", ErrWritable, store))
+	}
+	for _, dir := range []string{l.Upper, l.Work} {
+		fd, err := openat2(unix.AT_FDCWD, dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, unix.RESOLVE_NO_SYMLINKS|unix.RESOLVE_NO_MAGICLINKS)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: overlay layer %s for %s is not a real directory (%v); CreateWorkspaceStore makes it", ErrMissingSource, dir, m.Destination, err))
+			continue
+		}
+		unix.Close(fd)
+	}
+	return errs
+}
+
+// rootSource is the host directory a mount declares: a bind's source, an
+// overlay's lower layer.
+func rootSource(m Mount) (string, bool) {
+	switch {
+	case m.Type == TypeBind:
+		return m.Source, true
+	case m.Type == TypeOverlay && m.Overlay != nil:
+		return m.Overlay.Lower, true
+	}
+	return "", false
+}
+
 // declaredRoot returns the nearest other bind source that lexically
 // contains mount i's source, or "" when the source is its own root.
 func declaredRoot(p Plan, i int) string {
 	src := p.Mounts[i].Source
 	root := ""
 	for j, m := range p.Mounts {
-		if j == i || m.Type != TypeBind || m.Source == src || !render.Within(src, m.Source) {
+		declared, ok := rootSource(m)
+		if j == i || !ok || declared == src || !render.Within(src, declared) {
 			continue
 		}
-		if len(m.Source) > len(root) {
-			root = m.Source
+		if len(declared) > len(root) {
+			root = declared
 		}
 	}
 	return root

@@ -136,8 +136,13 @@ func checkOptions(m Mount) []error {
 		} else if n, err := strconv.ParseInt(size, 10, 64); err != nil || n <= 0 {
 			bad(ErrInvalid, "tmpfs at %s has size=%s; give a positive number of bytes", m.Destination, size)
 		}
+	case TypeOverlay:
+		errs = append(errs, checkOverlay(m)...)
 	default:
-		bad(ErrInvalid, "mount at %s has type %q; use %q or %q", m.Destination, m.Type, TypeBind, TypeTmpfs)
+		bad(ErrInvalid, "mount at %s has type %q; use %q, %q or %q", m.Destination, m.Type, TypeBind, TypeTmpfs, TypeOverlay)
+	}
+	if m.Overlay != nil && m.Type != TypeOverlay {
+		bad(ErrInvalid, "%s mount at %s has overlay layers", m.Type, m.Destination)
 	}
 	return errs
 }
