@@ -162,9 +162,10 @@ func collectRun(ctx context.Context, client *containerd.Client, dir string, inte
 			record(report, id, "snapshot", intent.SnapshotKey, dryRun, func() error { return removeSnapshot(ctx, client, intent.SnapshotKey) })
 		}
 	}
-	tmpfs := mounts.RunHostPaths(dir).RunDir
-	if mounted, _ := mounts.IsMounted(tmpfs); mounted {
-		record(report, id, "tmpfs", tmpfs, dryRun, func() error { return mounts.Unmount(tmpfs) })
+	for _, tmpfs := range []string{mounts.RunHostPaths(dir).RunDir, mounts.RunHostPaths(dir).WorkspaceStore} {
+		if mounted, _ := mounts.IsMounted(tmpfs); mounted {
+			record(report, id, "tmpfs", tmpfs, dryRun, func() error { return mounts.Unmount(tmpfs) })
+		}
 	}
 	if exists, _ := cgroup.Exists(intent.CgroupsPath); exists {
 		record(report, id, "cgroup", intent.CgroupsPath, dryRun, func() error {

@@ -148,6 +148,8 @@ type execution struct {
 	treeDir   string
 	rootfs    []mount.Mount
 	runDir    string // host tmpfs
+	// workspaceStore is the host tmpfs of an overlay workspace's upper layer.
+	workspaceStore string
 	container containerd.Container
 	task      containerd.Task
 	exitCh    <-chan containerd.ExitStatus
@@ -306,6 +308,9 @@ func (x *execution) prepare() error {
 		return err
 	}
 	if err := mounts.Seed(host.RunDir, x.r.Files, x.r.Process.UID, x.r.Process.GID); err != nil {
+		return err
+	}
+	if err := x.prepareWorkspaceStore(host.WorkspaceStore); err != nil {
 		return err
 	}
 	if err := writeConfigFiles(host.ConfigDir, x.r); err != nil {
@@ -652,6 +657,9 @@ func (x *execution) teardown() {
 			defer harvested.Done()
 			x.harvest()
 			unmountErr = retry(func() error { return mounts.Unmount(x.runDir) })
+			if x.workspaceStore != "" {
+				unmountErr = errors.Join(unmountErr, retry(func() error { return mounts.Unmount(x.workspaceStore) }))
+			}
 		}()
 	}
 	fail("delete container", retry(func() error { return x.deleteContainer(ctx) }))

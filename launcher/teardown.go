@@ -124,6 +124,8 @@ func (x *execution) harvest() {
 	if !report.Complete() {
 		x.result.Reasons = append(x.result.Reasons, ReasonHarvestPartial)
 	}
+	x.harvestWorkspace(dst)
+	defer x.judgeWorkspace()
 	x.result.Artifacts = mounts.ResolveArtifacts(dst, x.r.Artifacts)
 	if len(x.r.Artifacts) == 0 || x.result.Status != StatusCompleted {
 		return
