@@ -561,6 +561,8 @@ func (b *builder) volumes() ([]corev1.Volume, []corev1.VolumeMount, error) {
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: b.opts.WorkspaceClaim, ReadOnly: true},
 			}})
 			mounts = append(mounts, corev1.VolumeMount{Name: volWorkspace, MountPath: render.WorkspaceDir, ReadOnly: true})
+		case m.Kind == render.MountOverlay:
+			return nil, nil, fmt.Errorf("%w: the workspace is an overlay (workspace mode overlay), which a Job cannot harvest as workspace.patch; use the read-only form (workspace: DIR) for the cluster", ErrUnsupported)
 		case m.Kind == render.MountBind:
 			return nil, nil, fmt.Errorf("%w: %s is a grant of host directory %s (addDirs); a Job has no host directories: leave addDirs out of specs for the cluster", ErrUnsupported, m.Destination, m.Source)
 		case m.Kind == render.MountTmpfs && (m.Destination == render.RunDir || m.Destination == render.TmpDir):

@@ -257,6 +257,13 @@ func TestBuildRefusals(t *testing.T) {
 			r.Mounts = append(r.Mounts, render.Mount{Destination: "/grants/docs", Kind: render.MountBind, Source: "/docs", ReadOnly: true})
 		}, ErrUnsupported, "addDirs"},
 		{"network", func(r *render.Render, _ *Options) { r.Network = "host" }, ErrUnsupported, "network"},
+		{"overlay workspace", func(r *render.Render, _ *Options) {
+			for i, m := range r.Mounts {
+				if m.Destination == render.WorkspaceDir {
+					r.Mounts[i] = render.Mount{Destination: m.Destination, Kind: render.MountOverlay, Source: m.Source}
+				}
+			}
+		}, ErrUnsupported, "workspace mode overlay"},
 		{"egress allowlist without a proxy image", func(r *render.Render, _ *Options) {
 			r.Network = render.NetworkAllowlist
 			r.Egress = render.NewEgress([]render.Destination{{Host: "api.anthropic.com", Port: 443, Kind: render.DestName, Source: render.SourceModelAPI}})
