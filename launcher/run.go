@@ -145,19 +145,19 @@ type execution struct {
 	started time.Time
 	result  *Result
 
-	treeDir   string
-	rootfs    []mount.Mount
-	runDir    string // host tmpfs
+	treeDir string
+	rootfs  []mount.Mount
+	runDir  string // host tmpfs
 	// workspaceStore is the host tmpfs of an overlay workspace's upper layer.
 	workspaceStore string
-	container containerd.Container
-	task      containerd.Task
-	exitCh    <-chan containerd.ExitStatus
-	cg        *cgroup.Run
-	stdoutW   *io.PipeWriter
-	readerWG  sync.WaitGroup
-	stderrF   *os.File
-	activity  chan struct{}
+	container      containerd.Container
+	task           containerd.Task
+	exitCh         <-chan containerd.ExitStatus
+	cg             *cgroup.Run
+	stdoutW        *io.PipeWriter
+	readerWG       sync.WaitGroup
+	stderrF        *os.File
+	activity       chan struct{}
 
 	// engineStarted: the task was started; before that, an exit status is
 	// runc init's, never the engine's.
