@@ -72,13 +72,13 @@ type Result struct {
 	Trace     TraceResult            `json:"trace"`
 	// Network is the egress evidence (network.jsonl summed up); its own
 	// record beside the exec verdict, which it never changes.
-	Network *NetworkResult `json:"network,omitempty"`
-	// Workspace is what an overlay workspace's engine changed.
-	Workspace *WorkspaceResult `json:"workspace,omitempty"`
-	RecordDir string           `json:"record_dir"`
+	Network   *NetworkResult `json:"network,omitempty"`
+	RecordDir string         `json:"record_dir"`
 	// Notify is the host-side notifier's outcome (package notify); it never
 	// changes Status or ExitCode.
 	Notify *NotifyResult `json:"notify,omitempty"`
+	// Workspace is what an overlay workspace's engine changed.
+	Workspace *WorkspaceResult `json:"workspace,omitempty"`
 }
 
 // NotifyResult is the notify section of result.json.

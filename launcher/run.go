@@ -145,19 +145,17 @@ type execution struct {
 	started time.Time
 	result  *Result
 
-	treeDir string
-	rootfs  []mount.Mount
-	runDir  string // host tmpfs
-	// workspaceStore is the host tmpfs of an overlay workspace's upper layer.
-	workspaceStore string
-	container      containerd.Container
-	task           containerd.Task
-	exitCh         <-chan containerd.ExitStatus
-	cg             *cgroup.Run
-	stdoutW        *io.PipeWriter
-	readerWG       sync.WaitGroup
-	stderrF        *os.File
-	activity       chan struct{}
+	treeDir   string
+	rootfs    []mount.Mount
+	runDir    string // host tmpfs
+	container containerd.Container
+	task      containerd.Task
+	exitCh    <-chan containerd.ExitStatus
+	cg        *cgroup.Run
+	stdoutW   *io.PipeWriter
+	readerWG  sync.WaitGroup
+	stderrF   *os.File
+	activity  chan struct{}
 
 	// engineStarted: the task was started; before that, an exit status is
 	// runc init's, never the engine's.
@@ -171,6 +169,9 @@ type execution struct {
 	// noCgroup says why a rootless run has none.
 	cgroupsPath string
 	noCgroup    string
+
+	// workspaceStore is the host tmpfs of an overlay workspace's upper layer.
+	workspaceStore string
 }
 
 // ownerLabels mark a run's containerd resources with their run and owner.
