@@ -111,7 +111,7 @@ func fakeLayers(t *testing.T) OverlayLayers {
 	writeDeep(t, filepath.Join(l.Upper, "swap/y"), "Y\n", 0o644)
 	symlink(t, "edit.txt", filepath.Join(l.Upper, "link"))
 	for _, w := range []string{"gone.txt", "old"} {
-		if err := unix.Mknod(filepath.Join(l.Upper, w), unix.S_IFCHR|0o000, 0); err != nil {
+		if err := unix.Mknod(filepath.Join(l.Upper, w), unix.S_IFCHR, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
