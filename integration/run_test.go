@@ -33,6 +33,7 @@ func containerdAddress() string {
 var (
 	buildOnce             sync.Once
 	hookboxBin, engineBin string
+	initBin               string // hookbox-init, next to hookboxBin where hookbox finds it
 	buildErr              error
 )
 
@@ -43,6 +44,7 @@ func buildTools(t *testing.T) {
 		// toolchain cache to build with.
 		if dir := os.Getenv("HOOKBOX_TEST_BIN_DIR"); dir != "" {
 			hookboxBin, engineBin = filepath.Join(dir, "hookbox"), filepath.Join(dir, "hookbox-scripted-engine")
+			initBin = filepath.Join(dir, "hookbox-init")
 			return
 		}
 		dir, err := os.MkdirTemp("/var/tmp", "hookbox-it-bin-")
@@ -54,6 +56,7 @@ func buildTools(t *testing.T) {
 		for pkg, out := range map[string]*string{
 			"hookbox.dev/hookbox/cmd/hookbox":                 &hookboxBin,
 			"hookbox.dev/hookbox/cmd/hookbox-scripted-engine": &engineBin,
+			"hookbox.dev/hookbox/cmd/hookbox-init":            &initBin,
 		} {
 			*out = filepath.Join(dir, filepath.Base(pkg))
 			cmd := exec.Command("go", "build", "-o", *out, pkg)
