@@ -297,14 +297,14 @@ func TestRunHello(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(res.RecordDir, launcher.StderrFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("stderr.log must be 0600: %v %v", fi, err)
 	}
-	if res.Trace.Status != "confirmed" || res.Trace.Events != 2 {
-		t.Errorf("trace %+v, want confirmed with 2 execs (engine, hook)", res.Trace)
+	if res.Trace.Status != "confirmed" || res.Trace.Events != 3 {
+		t.Errorf("trace %+v, want confirmed with 3 execs (init, engine, hook)", res.Trace)
 	}
 	rules := map[string]bool{}
 	for _, m := range res.Trace.Matched {
 		rules[m.Rule] = true
 	}
-	if !rules["engine"] || !rules["hook:greet"] {
+	if !rules["init"] || !rules["engine"] || !rules["hook:greet"] {
 		t.Errorf("result.json must map each exec to its rule: %+v", res.Trace.Matched)
 	}
 	e.assertNothingLeft(res.RunID)
