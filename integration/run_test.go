@@ -145,9 +145,15 @@ func (e *env) command(ctx context.Context, args ...string) *exec.Cmd {
 
 func (e *env) run(spec string, args ...string) *run {
 	e.t.Helper()
+	return e.runGrace(spec, "2s", args...)
+}
+
+// runGrace is run with another --grace.
+func (e *env) runGrace(spec, grace string, args ...string) *run {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := e.command(ctx, append([]string{"run", "--json", "--state-dir", e.state, "--grace", "2s", spec}, args...)...)
+	cmd := e.command(ctx, append([]string{"run", "--json", "--state-dir", e.state, "--grace", grace, spec}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
