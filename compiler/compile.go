@@ -361,5 +361,9 @@ func (c *compilation) finish() {
 		c.r.Artifacts = slices.Clone(c.spec.Artifacts)
 	}
 	c.r.Engine.Exec = render.Exec{Path: c.spec.Engine.Path, Argv: slices.Clone(c.r.Process.Argv)}
+	// hookbox-init is PID 1 and runs the engine as its child, so the
+	// engine gets the signals of a timeout (cmd/hookbox-init).
+	c.r.Process.Argv = append([]string{render.InitPath}, c.r.Process.Argv...)
+	c.r.Init = &render.Exec{Path: render.InitPath, Argv: slices.Clone(c.r.Process.Argv)}
 	c.r.SortLists()
 }

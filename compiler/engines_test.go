@@ -163,11 +163,13 @@ func TestEngineArgv(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := compileSpec(t, tc.spec)
-			if !slices.Equal(r.Process.Argv, tc.argv) {
-				t.Errorf("argv\n got %q\nwant %q", r.Process.Argv, tc.argv)
+			if !slices.Equal(r.Engine.Exec.Argv, tc.argv) || r.Engine.Exec.Path != tc.argv[0] {
+				t.Errorf("engine exec\n got %+v\nwant argv %q", r.Engine.Exec, tc.argv)
 			}
-			if !slices.Equal(r.Engine.Exec.Argv, r.Process.Argv) || r.Engine.Exec.Path != tc.argv[0] {
-				t.Errorf("the expected engine exec must be the process argv: %+v", r.Engine.Exec)
+			// The process is hookbox-init running that argv.
+			initArgv := append([]string{render.InitPath}, tc.argv...)
+			if !slices.Equal(r.Process.Argv, initArgv) || r.Init == nil || r.Init.Path != render.InitPath || !slices.Equal(r.Init.Argv, initArgv) {
+				t.Errorf("process argv %q, init %+v: want the init, then the engine's argv", r.Process.Argv, r.Init)
 			}
 			if r.Process.Cwd != tc.cwd {
 				t.Errorf("cwd %q, want %q", r.Process.Cwd, tc.cwd)

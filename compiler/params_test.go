@@ -141,8 +141,8 @@ func TestTemplateSlots(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := renders[0]
-			if tc.argv != nil && !slices.Equal(r.Process.Argv[1:], tc.argv) {
-				t.Errorf("argv %q, want %q", r.Process.Argv[1:], tc.argv)
+			if tc.argv != nil && !slices.Equal(r.Engine.Exec.Argv[1:], tc.argv) {
+				t.Errorf("argv %q, want %q", r.Engine.Exec.Argv[1:], tc.argv)
 			}
 			for _, e := range r.Process.Env {
 				if want, ok := tc.env[e.Name]; ok && e.Value != want {
@@ -180,7 +180,7 @@ func TestParseKeepsWorkingWithoutParams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r.Process.Argv[1:]; !slices.Equal(got, []string{"main"}) {
+	if got := r.Engine.Exec.Argv[1:]; !slices.Equal(got, []string{"main"}) {
 		t.Errorf("argv %q", got)
 	}
 	_, err = Parse([]byte(paramSpec(`{pr: {}}`)), "test.yaml", "/specs", nil)
@@ -209,9 +209,9 @@ func FuzzParams(f *testing.F) {
 			checkSpecError(t, err)
 			return
 		}
-		if slotWhole.MatchString(strings.Trim(arg, `"'`)) && len(renders[0].Process.Argv) == 2 && renders[0].Process.Argv[1] != value {
+		if slotWhole.MatchString(strings.Trim(arg, `"'`)) && len(renders[0].Engine.Exec.Argv) == 2 && renders[0].Engine.Exec.Argv[1] != value {
 			if _, declared := parsed[0].Spawn.Params["v"]; declared {
-				t.Fatalf("slot %s became %q, want %q", arg, renders[0].Process.Argv[1], value)
+				t.Fatalf("slot %s became %q, want %q", arg, renders[0].Engine.Exec.Argv[1], value)
 			}
 		}
 	})

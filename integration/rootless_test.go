@@ -475,8 +475,8 @@ func TestRootlessConcurrentRuns(t *testing.T) {
 			t.Errorf("run %d: exit %d %+v\n%s", i, r.code, r.result, r.stderr)
 			continue
 		}
-		if tr := r.result.Trace; tr.Status != "confirmed" || tr.Events != 2 {
-			t.Errorf("run %d: trace %+v, want confirmed with its own 2 execs", i, tr)
+		if tr := r.result.Trace; tr.Status != "confirmed" || tr.Events != 3 {
+			t.Errorf("run %d: trace %+v, want confirmed with its own 3 execs (init, engine, hook)", i, tr)
 		}
 		assertNoRootlessMounts(t, r.result.RunID)
 	}

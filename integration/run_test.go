@@ -33,6 +33,7 @@ func containerdAddress() string {
 var (
 	buildOnce             sync.Once
 	hookboxBin, engineBin string
+	initBin               string // hookbox-init, next to hookboxBin where hookbox finds it
 	buildErr              error
 )
 
@@ -43,6 +44,7 @@ func buildTools(t *testing.T) {
 		// toolchain cache to build with.
 		if dir := os.Getenv("HOOKBOX_TEST_BIN_DIR"); dir != "" {
 			hookboxBin, engineBin = filepath.Join(dir, "hookbox"), filepath.Join(dir, "hookbox-scripted-engine")
+			initBin = filepath.Join(dir, "hookbox-init")
 			return
 		}
 		dir, err := os.MkdirTemp("/var/tmp", "hookbox-it-bin-")
@@ -54,6 +56,7 @@ func buildTools(t *testing.T) {
 		for pkg, out := range map[string]*string{
 			"hookbox.dev/hookbox/cmd/hookbox":                 &hookboxBin,
 			"hookbox.dev/hookbox/cmd/hookbox-scripted-engine": &engineBin,
+			"hookbox.dev/hookbox/cmd/hookbox-init":            &initBin,
 		} {
 			*out = filepath.Join(dir, filepath.Base(pkg))
 			cmd := exec.Command("go", "build", "-o", *out, pkg)
@@ -142,9 +145,15 @@ func (e *env) command(ctx context.Context, args ...string) *exec.Cmd {
 
 func (e *env) run(spec string, args ...string) *run {
 	e.t.Helper()
+	return e.runGrace(spec, "2s", args...)
+}
+
+// runGrace is run with another --grace.
+func (e *env) runGrace(spec, grace string, args ...string) *run {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := e.command(ctx, append([]string{"run", "--json", "--state-dir", e.state, "--grace", "2s", spec}, args...)...)
+	cmd := e.command(ctx, append([]string{"run", "--json", "--state-dir", e.state, "--grace", grace, spec}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -294,14 +303,14 @@ func TestRunHello(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(res.RecordDir, launcher.StderrFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("stderr.log must be 0600: %v %v", fi, err)
 	}
-	if res.Trace.Status != "confirmed" || res.Trace.Events != 2 {
-		t.Errorf("trace %+v, want confirmed with 2 execs (engine, hook)", res.Trace)
+	if res.Trace.Status != "confirmed" || res.Trace.Events != 3 {
+		t.Errorf("trace %+v, want confirmed with 3 execs (init, engine, hook)", res.Trace)
 	}
 	rules := map[string]bool{}
 	for _, m := range res.Trace.Matched {
 		rules[m.Rule] = true
 	}
-	if !rules["engine"] || !rules["hook:greet"] {
+	if !rules["init"] || !rules["engine"] || !rules["hook:greet"] {
 		t.Errorf("result.json must map each exec to its rule: %+v", res.Trace.Matched)
 	}
 	e.assertNothingLeft(res.RunID)

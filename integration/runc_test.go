@@ -87,7 +87,9 @@ func assembleBundle(t *testing.T, spec string, specDir string) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, nil)
+	// The init as plan.Runfiles places it (hookbox-init at render.InitPath).
+	initBin := buildStatic(t, "hookbox.dev/hookbox/cmd/hookbox-init", programDir(t))
+	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, map[string]string{r.Init.Path: initBin}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -328,12 +328,12 @@ func TestTraceThroughHelperAsRoot(t *testing.T) {
 	}
 	e.extraEnv = append(e.extraEnv, "HOOKBOX_TRACER_SOCKET="+socket)
 	res := e.run(e.spec("helper", "- hook: h\n- exit: 0", "  hooks: [{name: h, event: SessionStart, argv: [/usr/bin/true]}]")).mustResult(t)
-	if res.Trace.Status != "confirmed" || res.Trace.Events != 2 {
+	if res.Trace.Status != "confirmed" || res.Trace.Events != 3 {
 		t.Errorf("trace through the helper: %+v", res.Trace)
 	}
 	helper.Process.Signal(syscall.SIGTERM)
 	helper.Wait()
-	if !strings.Contains(log.String(), "watch start uid=0") || !strings.Contains(log.String(), "events=2 lost=0") {
+	if !strings.Contains(log.String(), "watch start uid=0") || !strings.Contains(log.String(), "events=3 lost=0") {
 		t.Errorf("the helper did not serve the run:\n%s", log.String())
 	}
 }

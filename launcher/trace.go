@@ -132,10 +132,19 @@ func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) er
 	}
 	root := "/proc/" + strconv.Itoa(initPID) + "/root"
 	t.ids = verify.FileIdentities{}
-	// Enforce lets run only what the render plans to exec: the engine, the
-	// hook programs and shells, and trace.allow. Other tools are runfiles
-	// (hooks may need them as libraries or data) but may not be exec'd.
+	// Enforce lets run only what the render plans to exec: the init, the
+	// engine, the hook programs and shells, and trace.allow. Other tools are
+	// runfiles (hooks may need them as libraries or data) but may not be
+	// exec'd.
 	var allowed []ebpf.FileID
+	if x.r.Init != nil {
+		id, err := ebpf.FileIdentityIn(root, x.r.Init.Path)
+		if err != nil {
+			return fmt.Errorf("identity of the init %s in the container: %w", x.r.Init.Path, err)
+		}
+		t.ids[x.r.Init.Path] = verify.FileID{Dev: id.Dev, Ino: id.Ino}
+		allowed = append(allowed, id)
+	}
 	for _, p := range x.r.Programs {
 		id, err := ebpf.FileIdentityIn(root, p.Path)
 		if err != nil {

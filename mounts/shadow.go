@@ -29,9 +29,10 @@ func CheckPrograms(r *render.Render) error {
 }
 
 // hidden: a container mount covers path (and it is not under HostDir,
-// where hidden host paths are moved).
+// where hidden host paths are moved, nor the init, which lies in a
+// directory of its own that no mount covers).
 func hidden(path string) bool {
-	return !strings.HasPrefix(path, render.HostDir+"/") && render.ContainerPath(path) != path
+	return path != render.InitPath && !strings.HasPrefix(path, render.HostDir+"/") && render.ContainerPath(path) != path
 }
 
 // RunHostPaths is where a run keeps its host-side mount sources inside its

@@ -15,7 +15,10 @@ package plan
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -30,12 +33,50 @@ import (
 // PreviewRunID names the run of a plan printed before any launch.
 const PreviewRunID = "plan"
 
+// InitBinary is the file name of hookbox-init, looked up next to the
+// running hookbox executable (make build puts both in bin/).
+const InitBinary = "hookbox-init"
+
+// InitEnv, when set, is the host path of hookbox-init to use instead
+// (tests, whose executable is a test binary; packagers).
+const InitEnv = "HOOKBOX_INIT"
+
+// InitHostPath is the host file that becomes the container's init
+// (render.InitPath): $HOOKBOX_INIT, else hookbox-init beside the running
+// executable. It must exist.
+func InitHostPath() (string, error) {
+	p := os.Getenv(InitEnv)
+	if p == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("finding %s next to this executable: %w", InitBinary, err)
+		}
+		p = filepath.Join(filepath.Dir(exe), InitBinary)
+	}
+	if _, err := os.Stat(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("the container init %s is missing (build it with make build, which puts it next to bin/hookbox, or set %s): %w", p, InitEnv, err)
+		}
+		return "", fmt.Errorf("the container init: %w", err)
+	}
+	return p, nil
+}
+
 // Runfiles assembles every program of r (closure, content-addressed
-// store, read-only tree) and records the manifest in r.Runfiles, so the
-// render's content digest covers the bytes that get mounted. It refuses a
-// render whose programs a container mount would hide.
+// store, read-only tree) and, when r has an init, hookbox-init at
+// render.InitPath (InitHostPath), and records the manifest in r.Runfiles,
+// so the render's content digest covers the bytes that get mounted. It
+// refuses a render whose programs a container mount would hide.
 func Runfiles(ctx context.Context, store *runfiles.Store, r *render.Render, progress func(runfiles.Progress)) (*runfiles.Result, error) {
-	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, progress)
+	var placed map[string]string
+	if r.Init != nil {
+		src, err := InitHostPath()
+		if err != nil {
+			return nil, fmt.Errorf("spawn %s: %w", r.Spawn, err)
+		}
+		placed = map[string]string{r.Init.Path: src}
+	}
+	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, placed, progress)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", r.Spawn, err)
 	}

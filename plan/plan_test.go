@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 
 	"hookbox.dev/hookbox/compiler"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/runfiles"
 )
 
 func compileSpec(t *testing.T, workspace string) *render.Render {
@@ -60,5 +64,29 @@ func TestPreviewChecksWhatARunChecks(t *testing.T) {
 	_, err = NewContainer(ctx, r, Launch{RunID: "x", Host: mounts.RunHostPaths(filepath.Join(runs, "x")), Prepared: true})
 	if err == nil {
 		t.Fatal("a prepared launch without its tmpfs must be refused")
+	}
+}
+
+// TestRunfilesHoldTheInit: the init is a runfile at render.InitPath, from
+// $HOOKBOX_INIT (else beside the executable); a missing one is an error
+// that says how to build it.
+func TestRunfilesHoldTheInit(t *testing.T) {
+	ctx := context.Background()
+	store, err := runfiles.OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := compileSpec(t, t.TempDir())
+	t.Setenv(InitEnv, filepath.Join(t.TempDir(), "absent"))
+	if _, err := Runfiles(ctx, store, r, nil); err == nil || !strings.Contains(err.Error(), "make build") {
+		t.Fatalf("a missing init: %v, want an error naming make build", err)
+	}
+	static := filepath.Join(runtime.GOROOT(), "bin", "gofmt") // a static ELF file, as hookbox-init is
+	t.Setenv(InitEnv, static)
+	if _, err := Runfiles(ctx, store, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(r.Runfiles, func(e render.Runfile) bool { return e.Path == render.InitPath }); i < 0 || r.Runfiles[i].Type != render.RunfileFile {
+		t.Errorf("the manifest lacks the init at %s: %+v", render.InitPath, r.Runfiles)
 	}
 }

@@ -50,6 +50,10 @@ const (
 	ConfigDir    = "/hookbox/etc"     // generated files, read-only
 	GrantsDir    = "/grants"          // addDirs, read-only
 	TmpDir       = "/tmp"
+	// InitPath is where hookbox-init, the container's PID 1, appears: a
+	// runfile of its own directory (neither a mount nor HostDir), so an
+	// image volume can carry it in Kubernetes too.
+	InitPath = "/hookbox/bin/init"
 )
 
 // Render is the plan of one spawn.
@@ -58,6 +62,7 @@ type Render struct {
 	Spawn         string            `json:"spawn"`
 	Labels        map[string]string `json:"labels,omitempty"`
 	Engine        Engine            `json:"engine"`
+	Init          *Exec             `json:"init,omitempty"` // PID 1: hookbox-init (InitPath), argv = Process.Argv; Engine.Exec is its child
 	Process       Process           `json:"process"`
 	Programs      []Program         `json:"programs"`
 	Files         []File            `json:"files,omitempty"`
@@ -98,7 +103,7 @@ type Runfile struct {
 // Engine describes the engine program and how the launcher treats it.
 type Engine struct {
 	Kind string `json:"kind"`
-	// Exec is the first exec expected in the container: path and exact argv.
+	// Exec is the engine's exec, the init's child: path and exact argv.
 	Exec Exec `json:"exec"`
 	// SelfExecArgv0 lists argv[0] values under which the engine may re-exec
 	// its own binary (Claude Code runs itself as "rg").
@@ -121,7 +126,8 @@ type Exec struct {
 	Slots []int `json:"slots,omitempty"`
 }
 
-// Process is the container's init process.
+// Process is the container's init process (Argv: hookbox-init, then the
+// engine's argv).
 type Process struct {
 	Argv  []string `json:"argv"`
 	Cwd   string   `json:"cwd"`

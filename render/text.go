@@ -25,6 +25,9 @@ func (r *Render) Text(digest string) string {
 		}
 	}
 	line("  engine   %s", engine)
+	if r.Init != nil {
+		line("  init     %s, then the engine as its child", r.Init.Path)
+	}
 	line("  exec     %s", shellwords.Join(r.Process.Argv))
 	line("  cwd      %s   stdin %s   user %d:%d", r.Process.Cwd, r.Process.Stdin, r.Process.UID, r.Process.GID)
 	line("  env")

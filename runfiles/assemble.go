@@ -120,11 +120,11 @@ func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Option
 			defer wg.Done()
 			for i := range next {
 				e := manifest[i]
-				st, err := s.put(ctx, e.Path, p.keys[e.Path], e.Mode, opts.Verify)
+				st, err := s.put(ctx, p.source(e.Path), p.keys[e.Path], e.Mode, opts.Verify)
 				mu.Lock()
 				if err != nil {
 					if firstErr == nil {
-						firstErr = fmt.Errorf("%s: %w", e.Path, err)
+						firstErr = fmt.Errorf("%s: %w", p.source(e.Path), err)
 						cancel()
 					}
 					mu.Unlock()
@@ -175,7 +175,7 @@ feed:
 	}
 
 	if opts.ContainerPaths {
-		manifest = relocate(manifest, objects, opts.Dirs)
+		manifest = relocate(manifest, objects, opts.Dirs, opts.Placed)
 	}
 	digest, _, err := canonjson.Digest(manifest)
 	if err != nil {
@@ -192,11 +192,13 @@ feed:
 
 // AssembleRender assembles the runfiles of every program of r at their
 // container paths, with the mount points the base image lacks (the image's
-// are given), and records the manifest in r.Runfiles.
-func AssembleRender(ctx context.Context, s *Store, r *render.Render, imageMountPoints []string, progress func(Progress)) (*Result, error) {
+// are given) and the placed files (tree path → host file: the init), and
+// records the manifest in r.Runfiles.
+func AssembleRender(ctx context.Context, s *Store, r *render.Render, imageMountPoints []string, placed map[string]string, progress func(Progress)) (*Result, error) {
 	res, err := Assemble(ctx, s, r.ProgramPaths(), Options{
 		Dirs:           r.ExtraMountPoints(imageMountPoints),
 		ContainerPaths: true,
+		Placed:         placed,
 		Progress:       progress,
 	})
 	if err != nil {

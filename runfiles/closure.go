@@ -74,6 +74,11 @@ type Options struct {
 	// Progress, if set, is called after each file is stored or found in the
 	// store (Assemble only). Calls are serialized.
 	Progress func(Progress)
+	// Placed are files put at a path of their own instead of their host
+	// path: tree path → host file (hookbox's init, render.InitPath). Each
+	// is taken alone, without a closure, so it must be a statically linked
+	// ELF file; it is never relocated. Missing parents get mode 0755.
+	Placed map[string]string
 }
 
 // maxSymlinks is the kernel's limit on symlinks followed in one lookup.
@@ -100,6 +105,17 @@ func Closure(programs []string, opts Options) ([]render.Runfile, error) {
 type plan struct {
 	entries map[string]render.Runfile
 	keys    map[string]statKey // regular files
+	// sources maps a placed file's tree path to the host file read for it
+	// (every other file is read at its own path).
+	sources map[string]string
+}
+
+// source is the host file whose content the file entry at path holds.
+func (p *plan) source(path string) string {
+	if src, ok := p.sources[path]; ok {
+		return src
+	}
+	return path
 }
 
 func (p *plan) list() []render.Runfile {
@@ -151,7 +167,7 @@ func newCloser(opts Options) *closer {
 	return &closer{
 		ctx:      context.Background(),
 		opts:     opts,
-		plan:     &plan{entries: make(map[string]render.Runfile), keys: make(map[string]statKey)},
+		plan:     &plan{entries: make(map[string]render.Runfile), keys: make(map[string]statKey), sources: make(map[string]string)},
 		elfInfos: make(map[string]*elfInfo),
 		programs: make(map[string]bool),
 		active:   make(map[string]bool),
@@ -179,7 +195,63 @@ func (c *closer) run(programs []string) (*plan, error) {
 			return nil, err
 		}
 	}
+	placed := make([]string, 0, len(c.opts.Placed))
+	for at := range c.opts.Placed {
+		placed = append(placed, at)
+	}
+	slices.Sort(placed)
+	for _, at := range placed {
+		if err := c.addPlaced(at, c.opts.Placed[at]); err != nil {
+			return nil, err
+		}
+	}
 	return c.plan, nil
+}
+
+// addPlaced records the host file src at tree path at (Options.Placed).
+func (c *closer) addPlaced(at, src string) error {
+	if !filepath.IsAbs(at) || filepath.Clean(at) != at || !filepath.IsAbs(src) {
+		return fmt.Errorf("%w: placed file %q from %q: both paths must be absolute and clean", ErrUnsupported, at, src)
+	}
+	real, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return fmt.Errorf("placed file %s: %w", at, err)
+	}
+	fi, err := os.Lstat(real)
+	if err != nil {
+		return fmt.Errorf("placed file %s: %w", at, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: placed file %s: %s is a %s, not a regular file", ErrUnsupported, at, src, fi.Mode().Type())
+	}
+	if err := requireStatic(real); err != nil {
+		return fmt.Errorf("placed file %s: %w", at, err)
+	}
+	if err := c.addExtraDir(filepath.Dir(at)); err != nil {
+		return err
+	}
+	if err := c.record(render.Runfile{Path: at, Type: render.RunfileFile, Mode: uint32(fi.Mode().Perm())}); err != nil {
+		return err
+	}
+	c.plan.keys[at] = statKeyOf(fi)
+	c.plan.sources[at] = real
+	return nil
+}
+
+// requireStatic refuses a file that is not an ELF executable without an
+// interpreter: a placed file brings none of its libraries.
+func requireStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w: %s is not an ELF executable: %v", ErrUnsupported, path, err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return fmt.Errorf("%w: %s is dynamically linked; build it with CGO_ENABLED=0", ErrUnsupported, path)
+		}
+	}
+	return nil
 }
 
 // record adds e, or checks that an existing entry for its path is the same.

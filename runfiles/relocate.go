@@ -14,12 +14,18 @@ import (
 // directories that creates. Directories in keep (mount points the tree
 // provides) and their ancestors stay where they are. Absolute symlink
 // targets move the same way, so a link still resolves inside the
-// container. objects, keyed by path, is re-keyed alongside. The result is
-// sorted by path.
-func relocate(manifest []render.Runfile, objects map[string]fs.FileInfo, keep []string) []render.Runfile {
+// container. Placed files (Options.Placed) and their parents stay too:
+// their path is already the container's. objects, keyed by path, is
+// re-keyed alongside. The result is sorted by path.
+func relocate(manifest []render.Runfile, objects map[string]fs.FileInfo, keep []string, placed map[string]string) []render.Runfile {
 	kept := map[string]bool{}
 	for _, k := range keep {
 		for d := k; d != "/" && d != "."; d = path.Dir(d) {
+			kept[d] = true
+		}
+	}
+	for p := range placed {
+		for d := path.Dir(p); d != "/" && d != "."; d = path.Dir(d) {
 			kept[d] = true
 		}
 	}
@@ -27,6 +33,9 @@ func relocate(manifest []render.Runfile, objects map[string]fs.FileInfo, keep []
 	for i := range manifest {
 		e := &manifest[i]
 		if e.Type == render.RunfileDir && kept[e.Path] {
+			continue
+		}
+		if _, ok := placed[e.Path]; ok && e.Type == render.RunfileFile {
 			continue
 		}
 		if to := render.ContainerPath(e.Path); to != e.Path {

@@ -19,7 +19,7 @@ func TestRelocateHiddenPaths(t *testing.T) {
 		{Path: "/usr/bin/sh", Type: render.RunfileSymlink, Target: "dash"},
 	}
 	objects := map[string]fs.FileInfo{"/tmp/x/engine": nil}
-	got := relocate(slices.Clone(manifest), objects, nil)
+	got := relocate(slices.Clone(manifest), objects, nil, nil)
 	var paths []string
 	for _, e := range got {
 		paths = append(paths, e.Path)
@@ -35,7 +35,7 @@ func TestRelocateHiddenPaths(t *testing.T) {
 	if _, ok := objects["/hookbox/host/tmp/x/engine"]; !ok || len(objects) != 1 {
 		t.Errorf("objects must be re-keyed: %v", objects)
 	}
-	untouched := relocate(slices.Clone(manifest[4:]), map[string]fs.FileInfo{}, nil)
+	untouched := relocate(slices.Clone(manifest[4:]), map[string]fs.FileInfo{}, nil, nil)
 	if !slices.Equal(untouched, manifest[4:]) {
 		t.Errorf("nothing hidden, nothing moves")
 	}
@@ -45,7 +45,7 @@ func TestRelocateHiddenPaths(t *testing.T) {
 		{Path: "/tmp", Type: render.RunfileDir, Mode: 0o1777},
 		{Path: "/tmp/e", Type: render.RunfileFile, Mode: 0o755},
 	}
-	got = relocate(grants, map[string]fs.FileInfo{}, []string{"/grants/docs"})
+	got = relocate(grants, map[string]fs.FileInfo{}, []string{"/grants/docs"}, nil)
 	paths = nil
 	for _, e := range got {
 		paths = append(paths, e.Path)

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -470,5 +471,41 @@ func TestAssembleRepairsAnyTamperedObject(t *testing.T) {
 			checkStore(t, s)
 			checkTree(t, res)
 		}
+	}
+}
+
+// A placed file appears at its own tree path (under /hookbox, which
+// relocation would otherwise move), with the host file's content, and
+// needs a static ELF file.
+func TestAssemblePlaced(t *testing.T) {
+	static := filepath.Join(runtime.GOROOT(), "bin", "gofmt") // Go's tools are static
+	if err := requireStatic(static); err != nil {
+		t.Skipf("no static ELF file to place: %v", err)
+	}
+	s := openTestStore(t)
+	at := "/hookbox/bin/init"
+	res := assemble(t, s, []string{"/bin/sh"}, Options{ContainerPaths: true, Placed: map[string]string{at: static}})
+	checkTreeContent := func(p string) string { return sha256Hex(t, filepath.Join(res.TreeDir, p)) }
+	byPath := map[string]render.Runfile{}
+	for _, e := range res.Manifest {
+		byPath[e.Path] = e
+	}
+	e, ok := byPath[at]
+	if !ok || e.Type != render.RunfileFile || e.SHA256 != sha256Hex(t, static) || checkTreeContent(at) != e.SHA256 {
+		t.Fatalf("placed entry %+v (in manifest %v), want the content of %s", e, ok, static)
+	}
+	for _, dir := range []string{"/hookbox", "/hookbox/bin"} {
+		if byPath[dir].Type != render.RunfileDir {
+			t.Errorf("parent %s missing: %+v", dir, byPath[dir])
+		}
+	}
+	if _, moved := byPath[render.HostDir+at]; moved {
+		t.Errorf("the placed file was relocated below %s", render.HostDir)
+	}
+	if _, err := Assemble(context.Background(), s, nil, Options{Placed: map[string]string{at: "/bin/sh"}}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("placing a dynamically linked file: %v, want ErrUnsupported", err)
+	}
+	if _, err := Assemble(context.Background(), s, nil, Options{Placed: map[string]string{at: "/nonexistent/init"}}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("placing a missing file: %v, want fs.ErrNotExist", err)
 	}
 }

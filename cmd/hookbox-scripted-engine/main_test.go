@@ -62,7 +62,7 @@ spec:
 		t.Fatal(err)
 	}
 	// Put the generated files under dir instead of /hookbox/etc.
-	args := append([]string{}, r.Process.Argv[1:]...)
+	args := append([]string{}, r.Engine.Exec.Argv[1:]...)
 	for _, f := range r.Files {
 		host := filepath.Join(dir, filepath.Base(f.Path))
 		if err := os.WriteFile(host, []byte(f.Content), 0o644); err != nil {

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"hookbox.dev/hookbox/plan"
+	"hookbox.dev/hookbox/render"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -153,7 +157,7 @@ func TestRenderOCI(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &spec); err != nil {
 		t.Fatalf("--format oci must print one JSON spec: %v", err)
 	}
-	if len(spec.Process.Args) == 0 || !strings.HasSuffix(spec.Process.Args[0], "/bin/hookbox-scripted-engine") ||
+	if len(spec.Process.Args) < 2 || spec.Process.Args[0] != render.InitPath || !strings.HasSuffix(spec.Process.Args[1], "/bin/hookbox-scripted-engine") ||
 		spec.Process.User.UID != 65532 || !spec.Root.Readonly || spec.Linux.CgroupsPath != "/hookbox/plan" {
 		t.Errorf("unexpected spec: %+v", spec)
 	}
@@ -191,6 +195,9 @@ func TestRenderRunfilesDigest(t *testing.T) {
 	if err := os.WriteFile(engine, original, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A static ELF file stands in for hookbox-init, which the test binary
+	// does not have beside it.
+	t.Setenv(plan.InitEnv, filepath.Join(runtime.GOROOT(), "bin", "gofmt"))
 	dir := t.TempDir()
 	spec := writeSpec(t, dir, "s.yaml", validHead+"  engine: {kind: exec, path: "+engine+"}\n  workspace: .\n")
 	state := filepath.Join(dir, "state")
@@ -210,6 +217,9 @@ func TestRenderRunfilesDigest(t *testing.T) {
 	code, stdout, _ := runCLI(t, "render", "--runfiles", "--state-dir", state, spec)
 	if code != 0 || !strings.Contains(stdout, `"path":"`+engine+`"`) || !strings.Contains(stdout, `"sha256":"`) {
 		t.Fatalf("the render must carry the engine's manifest entry:\n%s", stdout)
+	}
+	if !strings.Contains(stdout, `"path":"`+render.InitPath+`","sha256":"`) {
+		t.Fatalf("the render must carry the init's manifest entry:\n%s", stdout)
 	}
 	first := digestOf()
 	if again := digestOf(); again != first {

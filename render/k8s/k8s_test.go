@@ -81,7 +81,8 @@ func engineContainer(t *testing.T, job *batchv1.Job) corev1.Container {
 
 // TestEveryExampleDecodesStrictlyWithTheRendersArgv: every document of
 // every example decodes strictly, and each Job's command+args, after the
-// kubelet's expansion, are exactly its render's engine argv; its
+// kubelet's expansion, are exactly its render's process argv (the init,
+// then the engine's argv); its
 // annotation names that render's digest.
 func TestEveryExampleDecodesStrictlyWithTheRendersArgv(t *testing.T) {
 	for _, tc := range goldenCases {
@@ -105,8 +106,8 @@ func TestEveryExampleDecodesStrictlyWithTheRendersArgv(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := expandedArgv(engineContainer(t, job)); !slices.Equal(got, r.Engine.Exec.Argv) || !slices.Equal(got, r.Process.Argv) {
-				t.Errorf("%s/%s: argv\n got %q\nwant %q", tc.example, r.Spawn, got, r.Engine.Exec.Argv)
+			if got := expandedArgv(engineContainer(t, job)); !slices.Equal(got, r.Process.Argv) || got[0] != render.InitPath || !slices.Equal(got[1:], r.Engine.Exec.Argv) {
+				t.Errorf("%s/%s: argv\n got %q\nwant %q", tc.example, r.Spawn, got, r.Process.Argv)
 			}
 			hex := strings.TrimPrefix(digest, "sha256:")
 			for what, ann := range map[string]map[string]string{"job": job.Annotations, "pod": job.Spec.Template.Annotations, "configmap": cm.Annotations} {

@@ -36,7 +36,7 @@ const maxSymlinkHops = 40
 //
 // With a runfiles manifest (hookbox render --runfiles) every file and
 // symlink entry is placed; without one (a plan-only render) every program
-// path is. An entry is carried by a mount of its parent directory, unless
+// path and the init's are. An entry is carried by a mount of its parent directory, unless
 // that directory would hide something: "/", a path of the image
 // (imagePaths) or a mount of the pod (podMounts), or lies inside a mount of
 // the pod: then only a symlink entry can be mounted
@@ -68,6 +68,9 @@ func RunfileMounts(r *render.Render, imagePaths, podMounts []string) ([]RunfileM
 	} else {
 		for _, p := range r.Programs {
 			entries = append(entries, entry{p.Path, false})
+		}
+		if r.Init != nil {
+			entries = append(entries, entry{r.Init.Path, false})
 		}
 	}
 

@@ -43,10 +43,21 @@
 //
 // # Rules, in the order an exec event is tried
 //
-//  1. Engine. With complete evidence the first event of any kind must be a
-//     successful exec of Engine.Exec.Path (else engine-not-first), and it is
-//     judged as the engine. With incomplete evidence the engine is the first
-//     exec of that path whose argv[0] is not a declared self-exec name. The
+//  0. Init (renders with Init: hookbox-init is the container's PID 1 and
+//     runs the engine). With complete evidence the first event of any kind
+//     must be a successful exec of Init.Path (else init-not-first); in any
+//     case the init is the first exec of that path. Its argv must equal
+//     Init.Argv exactly (init-argv-differs) and its identity
+//     ids[Init.Path] (init-binary-differs; unknown on either side: the gap
+//     init-identity-unknown). A render without Init (recorded before the
+//     init existed) is judged without this rule, the engine first.
+//  1. Engine. With complete evidence the first event of any kind (with an
+//     init: the event right after the init's) must be a successful exec of
+//     Engine.Exec.Path (else engine-not-first), and it is judged as the
+//     engine. Otherwise the engine is the first exec of that path (after
+//     the init's) whose argv[0] is not a declared self-exec name. With an
+//     init, the engine's parent must be the init (its PPID the init
+//     event's PID, else engine-not-child-of-init). The
 //     engine's argv must equal Engine.Exec.Argv element by element (a slot
 //     index matches any single element) and its (Dev, Ino) must equal
 //     ids[Engine.Exec.Path]; an unknown identity on either side is the gap
@@ -152,6 +163,7 @@ const (
 	ReasonEventsLost            = "events-lost"
 	ReasonArgvTruncated         = "argv-truncated"
 	ReasonEngineIdentityUnknown = "engine-identity-unknown"
+	ReasonInitIdentityUnknown   = "init-identity-unknown"
 	ReasonExecIdentityUnknown   = "exec-identity-unknown"
 	ReasonEventKindUnknown      = "event-kind-unknown"
 	ReasonRenderIncomplete      = "render-incomplete"
@@ -160,6 +172,10 @@ const (
 // Reasons that are contradictions: they make a verdict mismatch.
 const (
 	ReasonNoEvents             = "no-events"
+	ReasonInitNotFirst         = "init-not-first"
+	ReasonInitArgvDiffers      = "init-argv-differs"
+	ReasonInitBinaryDiffers    = "init-binary-differs"
+	ReasonEngineNotInitChild   = "engine-not-child-of-init"
 	ReasonEngineNotFirst       = "engine-not-first"
 	ReasonEngineArgvDiffers    = "engine-argv-differs"
 	ReasonEngineBinaryDiffers  = "engine-binary-differs"
@@ -178,7 +194,8 @@ const (
 	FieldArgc        = "argc"        // argv length
 	FieldArgv        = "argv"        // one argv element (Index)
 	FieldIdentity    = "identity"    // (dev, ino) as "dev:ino"
-	FieldFirstEvent  = "first-event" // what came first instead of the engine
+	FieldFirstEvent  = "first-event" // what came first instead of the init or engine
+	FieldParent      = "ppid"        // the engine's parent pid (want: the init's)
 	FieldExec        = "exec"        // the exec as a whole (unexpected, killed)
 	FieldErrno       = "errno"       // a failed exec
 	FieldOccurrences = "occurrences" // how often a hook ran
@@ -268,7 +285,7 @@ type Diff struct {
 	EventPID int    `json:"pid,omitempty"` // 0 for findings about no event
 }
 
-// Match says which events satisfied a rule. Rules: "engine",
+// Match says which events satisfied a rule. Rules: "init", "engine",
 // "engine-self-exec:<argv0>", "hook:<name>/chain[k]" (an exact match of one
 // chain element), "hook:<name>" (linked occurrences of the whole chain),
 // "allow:<path>", and, for events that decided nothing, "failed-ignored",
@@ -303,11 +320,13 @@ func Verify(r *render.Render, mode render.TraceMode, events []Event, stats Stats
 	default:
 		return unchecked(ReasonTraceModeUnknown)
 	}
-	if r.Engine.Exec.Path == "" || len(r.Engine.Exec.Argv) == 0 {
+	if r.Engine.Exec.Path == "" || len(r.Engine.Exec.Argv) == 0 ||
+		r.Init != nil && (r.Init.Path == "" || len(r.Init.Argv) == 0) {
 		return unchecked(ReasonRenderIncomplete)
 	}
 	j := newJudge(r, events, ids)
 	j.evidence(stats)
+	j.judgeInit()
 	j.judgeEngine()
 	j.judgeEvents()
 	j.judgeHooks()
@@ -358,8 +377,10 @@ type judge struct {
 	selfExec  map[string]bool
 	hookPaths map[string]bool
 
+	init     *execMatcher // nil for a render without an init
 	engine   *execMatcher
 	hooks    []*hookRule
+	initAt   int    // position of the init event in events, -1 if none
 	engineAt int    // position of the engine event in events, -1 if none
 	engineID FileID // identity self-execs must have
 
@@ -382,6 +403,7 @@ func newJudge(r *render.Render, events []Event, ids FileIdentities) *judge {
 		allowIDs:       map[FileID]string{},
 		selfExec:       map[string]bool{},
 		hookPaths:      map[string]bool{},
+		initAt:         -1,
 		engineAt:       -1,
 		parent:         map[int]int{},
 		contradictions: map[string]bool{},
@@ -415,6 +437,9 @@ func newJudge(r *render.Render, events []Event, ids FileIdentities) *judge {
 		}
 	}
 	j.engine = newExecMatcher("engine", r.Engine.Exec, nil)
+	if r.Init != nil {
+		j.init = newExecMatcher("init", *r.Init, nil)
+	}
 	for _, h := range r.Hooks {
 		if len(h.Chain) == 0 {
 			if h.Required {
@@ -498,37 +523,94 @@ func (j *judge) evidence(s Stats) {
 	j.complete = s.Attached && s.AttachedBeforeStart && s.Lost == 0 && !j.unknownKinds
 }
 
-// judgeEngine finds the engine's event and judges it.
-func (j *judge) judgeEngine() {
-	execs := 0
+// hasExec reports whether any event is a successful exec.
+func (j *judge) hasExec() bool {
 	for i := range j.events {
 		if j.events[i].Kind == KindExec {
-			execs++
+			return true
 		}
 	}
-	if execs == 0 {
+	return false
+}
+
+// atStart reports whether the event at pos is a successful exec of path;
+// if not, it records the contradiction reason with a first-event diff.
+func (j *judge) atStart(pos int, rule, path, reason string) bool {
+	if pos >= len(j.events) {
+		j.contradict(reason)
+		j.diff(Diff{Rule: rule, Field: FieldFirstEvent, Index: -1, Want: path, Got: "no exec"})
+		return false
+	}
+	e := &j.events[pos]
+	if e.Kind == KindExec && e.Filename == path {
+		return true
+	}
+	got := e.Filename
+	if e.Kind != KindExec {
+		got += " (" + e.Kind + ")"
+	}
+	j.contradict(reason)
+	j.diff(Diff{Rule: rule, Field: FieldFirstEvent, Index: -1, Want: path, Got: got, EventPID: e.PID})
+	return false
+}
+
+// judgeInit finds the init's event and judges it (rule 0).
+func (j *judge) judgeInit() {
+	if j.init == nil || !j.hasExec() {
+		return // no exec at all: judgeEngine reports it
+	}
+	if j.complete && j.atStart(0, "init", j.init.path, ReasonInitNotFirst) {
+		j.initAt = 0
+	}
+	for i := 0; j.initAt < 0 && i < len(j.events); i++ {
+		if e := &j.events[i]; e.Kind == KindExec && e.Filename == j.init.path {
+			j.initAt = i
+		}
+	}
+	if j.initAt < 0 {
+		return
+	}
+	e := &j.events[j.initAt]
+	res := j.init.match(&e.Event, j.ids, j.programs)
+	if !res.idKnown {
+		j.gap(ReasonInitIdentityUnknown)
+	}
+	switch res.outcome {
+	case matchYes:
+		j.match("init", e)
+	case matchNo:
+		j.contradictAll(reasonsFor(res.diffs, ReasonInitArgvDiffers, ReasonInitBinaryDiffers)...)
+		j.addDiffs(res.diffs, e.PID)
+	}
+}
+
+// judgeEngine finds the engine's event and judges it.
+func (j *judge) judgeEngine() {
+	first := j.engine
+	if j.init != nil {
+		first = j.init
+	}
+	if !j.hasExec() {
 		if j.complete {
 			j.contradict(ReasonNoEvents)
-			j.diff(Diff{Rule: "engine", Field: FieldFirstEvent, Index: -1, Want: j.engine.path, Got: "no exec"})
+			j.diff(Diff{Rule: first.rule, Field: FieldFirstEvent, Index: -1, Want: first.path, Got: "no exec"})
 		}
 		return
 	}
-	if first := &j.events[0]; j.complete {
-		if first.Kind == KindExec && first.Filename == j.engine.path {
-			j.engineAt = 0
-		} else {
-			got := first.Filename
-			if first.Kind != KindExec {
-				got += " (" + first.Kind + ")"
-			}
-			j.contradict(ReasonEngineNotFirst)
-			j.diff(Diff{Rule: "engine", Field: FieldFirstEvent, Index: -1, Want: j.engine.path, Got: got, EventPID: first.PID})
-		}
+	// The engine's place with complete evidence: first, or right after
+	// the init. An init that is missing or not first is already a
+	// contradiction; the engine is then only searched for.
+	start := 0
+	if j.init != nil {
+		start = j.initAt + 1
+	}
+	if j.complete && (j.init == nil || j.initAt == 0) && j.atStart(start, "engine", j.engine.path, ReasonEngineNotFirst) {
+		j.engineAt = start
 	}
 	if j.engineAt < 0 {
-		// Not first, or the start of the trace is not known to be the
-		// start of the run: the engine is its first plausible exec.
-		for i := range j.events {
+		// Not in its place, or the start of the trace is not known to be
+		// the start of the run: the engine is its first plausible exec.
+		for i := start; i < len(j.events); i++ {
 			e := &j.events[i]
 			if e.Kind == KindExec && e.Filename == j.engine.path &&
 				(len(e.Argv) == 0 || !j.selfExec[e.Argv[0]] || e.Argv[0] == j.engine.argv[0]) {
@@ -542,6 +624,12 @@ func (j *judge) judgeEngine() {
 		return
 	}
 	e := &j.events[j.engineAt]
+	if j.initAt >= 0 {
+		if init := &j.events[j.initAt]; e.PPID != init.PID {
+			j.contradict(ReasonEngineNotInitChild)
+			j.diff(Diff{Rule: "engine", Field: FieldParent, Index: -1, Want: strconv.Itoa(init.PID), Got: strconv.Itoa(e.PPID), EventPID: e.PID})
+		}
+	}
 	res := j.engine.match(&e.Event, j.ids, j.programs)
 	if !res.idKnown {
 		j.gap(ReasonEngineIdentityUnknown)
@@ -573,8 +661,8 @@ func (j *judge) judgeEvents() {
 			j.judgeFailed(e)
 		case e.Kind != KindExec:
 			// Already a gap (event-kind-unknown); nothing to judge.
-		case i == j.engineAt:
-			// Judged by judgeEngine.
+		case i == j.engineAt || i == j.initAt:
+			// Judged by judgeEngine and judgeInit.
 		default:
 			j.judgeExec(i, e)
 		}
@@ -583,7 +671,7 @@ func (j *judge) judgeEvents() {
 }
 
 func (j *judge) judgeFailed(e *timedEvent) {
-	if e.Filename == j.engine.path || j.hookPaths[e.Filename] {
+	if e.Filename == j.engine.path || j.hookPaths[e.Filename] || j.init != nil && e.Filename == j.init.path {
 		j.contradict(ReasonFailedExec)
 		j.diff(Diff{Rule: "failed", Field: FieldErrno, Index: -1, Want: "0", Got: strconv.Itoa(e.Errno) + " " + e.Filename, EventPID: e.PID})
 		return

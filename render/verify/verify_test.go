@@ -698,3 +698,116 @@ func TestArgvDiffsAreCapped(t *testing.T) {
 		t.Errorf("len(diffs) = %d, want argc + %d elements", n, maxLengthDiffs)
 	}
 }
+
+// Renders with an init: hookbox-init (pid 1) runs the engine (pid 2).
+var initID = FileID{Dev: 64, Ino: 107}
+
+func initIDs() FileIdentities {
+	ids := testIDs()
+	ids[render.InitPath] = initID
+	return ids
+}
+
+func claudeWithInit() *render.Render {
+	r := claudeRender()
+	argv := append([]string{render.InitPath}, claudeArgv...)
+	r.Init = &render.Exec{Path: render.InitPath, Argv: argv}
+	return r
+}
+
+func initEvent() Event {
+	return ev(1, 0, render.InitPath, initID, append([]string{render.InitPath}, claudeArgv...)...)
+}
+func engineUnderInit() Event { return ev(2, 1, claudePath, claudeID, claudeArgv...) }
+func auditUnderInit(pid int) Event {
+	return ev(pid, 2, auditPath, auditID, with(auditArgv, 3, "run-42")...)
+}
+
+func TestVerifyInit(t *testing.T) {
+	lateStats := Stats{Attached: true}
+	initArgv := append([]string{render.InitPath}, claudeArgv...)
+	tests := map[string]verifyCase{
+		"confirmed: init, its engine child, hook, git": {
+			events: trace(initEvent(), engineUnderInit(), auditUnderInit(3), ev(4, 2, gitPath, gitID, "git", "status")),
+			want: verdictWant{status: StatusConfirmed, noDiffs: true,
+				matched: map[string]int{"init": 1, "engine": 1, "hook:audit": 1, "allow:" + gitPath: 1}},
+		},
+		"init missing: the engine came first": {
+			events: trace(claudeEngine(), auditHook(2)),
+			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonInitNotFirst},
+				diffs:   []diffWant{{rule: "init", field: FieldFirstEvent, index: -1, want: render.InitPath, got: claudePath}},
+				matched: map[string]int{"engine": 1}},
+		},
+		"engine not the init's child": {
+			events: trace(initEvent(), ev(2, 7, claudePath, claudeID, claudeArgv...), auditUnderInit(3)),
+			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonEngineNotInitChild},
+				diffs: []diffWant{{rule: "engine", field: FieldParent, index: -1, want: "1", got: "7"}}},
+		},
+		"init argv differs": {
+			events: trace(ev(1, 0, render.InitPath, initID, with(initArgv, 1, "/bin/sh")...), engineUnderInit(), auditUnderInit(3)),
+			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonInitArgvDiffers},
+				diffs: []diffWant{{rule: "init", field: FieldArgv, index: 1, want: claudePath, got: "/bin/sh"}}},
+		},
+		"init binary differs": {
+			events: trace(ev(1, 0, render.InitPath, otherID, initArgv...), engineUnderInit(), auditUnderInit(3)),
+			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonInitBinaryDiffers},
+				diffs: []diffWant{{rule: "init", field: FieldIdentity, index: -1, want: initID.String(), got: otherID.String()}}},
+		},
+		"init identity unknown is a gap": {
+			ids:    testIDs(),
+			events: trace(initEvent(), engineUnderInit(), auditUnderInit(3)),
+			want:   verdictWant{status: StatusUnchecked, reasons: []string{ReasonInitIdentityUnknown}},
+		},
+		"an exec between the init and the engine": {
+			events: trace(initEvent(), ev(5, 1, gitPath, gitID, "git"), engineUnderInit(), auditUnderInit(3)),
+			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonEngineNotFirst},
+				diffs:   []diffWant{{rule: "engine", field: FieldFirstEvent, index: -1, want: claudePath, got: gitPath}},
+				matched: map[string]int{"engine": 1, "allow:" + gitPath: 1}},
+		},
+		"no exec after the init": {
+			events: trace(initEvent()),
+			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonEngineNotFirst, ReasonHookNotRun},
+				diffs: []diffWant{{rule: "engine", field: FieldFirstEvent, index: -1, want: claudePath, got: "no exec"}}},
+		},
+		"no events names the init": {
+			events: nil,
+			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonHookNotRun, ReasonNoEvents},
+				diffs: []diffWant{{rule: "init", field: FieldFirstEvent, index: -1, want: render.InitPath, got: "no exec"}}},
+		},
+		"a failed exec of the init": {
+			events: trace(failed(1, 0, render.InitPath, 2, render.InitPath)),
+			want:   verdictWant{status: StatusMismatch, reasons: []string{ReasonFailedExec, ReasonHookNotRun, ReasonNoEvents}},
+		},
+		"a second init is unexpected": {
+			events: trace(initEvent(), engineUnderInit(), auditUnderInit(3), ev(4, 2, render.InitPath, initID, initArgv...)),
+			want:   verdictWant{status: StatusMismatch, reasons: []string{ReasonUnexpectedExec}},
+		},
+		"late tracer: init unseen is only a gap": {
+			stats:  &lateStats,
+			events: trace(engineUnderInit(), auditUnderInit(3)),
+			want:   verdictWant{status: StatusUnchecked, reasons: []string{ReasonTracerLate}, matched: map[string]int{"engine": 1}},
+		},
+		"late tracer: the init still parents the engine": {
+			stats:  &lateStats,
+			events: trace(initEvent(), ev(2, 9, claudePath, claudeID, claudeArgv...)),
+			want:   verdictWant{status: StatusMismatch, reasons: []string{ReasonEngineNotInitChild, ReasonTracerLate}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if tc.render == nil {
+				tc.render = claudeWithInit
+			}
+			if tc.ids == nil {
+				tc.ids = initIDs()
+			}
+			tc.want.check(t, tc.run(t))
+		})
+	}
+	t.Run("an init without argv is an incomplete render", func(t *testing.T) {
+		r := claudeWithInit()
+		r.Init.Argv = nil
+		v := Verify(r, "", trace(initEvent(), engineUnderInit()), fullStats, initIDs())
+		verdictWant{status: StatusUnchecked, reasons: []string{ReasonRenderIncomplete}}.check(t, v)
+	})
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary is the init when asInit is set: the tests run it (not as
+// PID 1) with a shell script as the engine.
+const asInit = "HOOKBOX_INIT_TEST_AS_INIT"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asInit) == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+func initCommand(argv ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], argv...)
+	cmd.Env = append(os.Environ(), asInit+"=1")
+	return cmd
+}
+
+func exitOf(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	if ee == nil {
+		return 0
+	}
+	return ee.ExitCode()
+}
+
+func TestExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		argv []string
+		want int
+	}{
+		{"success", []string{"/bin/sh", "-c", "exit 0"}, 0},
+		{"exit code", []string{"/bin/sh", "-c", "exit 7"}, 7},
+		{"killed by SIGTERM", []string{"/bin/sh", "-c", "kill -TERM $$"}, 128 + int(syscall.SIGTERM)},
+		{"killed by SIGKILL", []string{"/bin/sh", "-c", "kill -KILL $$"}, 128 + int(syscall.SIGKILL)},
+		{"no such engine", []string{"/nonexistent/engine"}, exitCannotStart},
+		{"no engine", nil, exitUsage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr strings.Builder
+			cmd := initCommand(tc.argv...)
+			cmd.Stderr = &stderr
+			if got := exitOf(t, cmd.Run()); got != tc.want {
+				t.Errorf("exit %d, want %d (stderr %q)", got, tc.want, stderr.String())
+			}
+			if tc.want == exitCannotStart && !strings.HasPrefix(stderr.String(), "hookbox-init: ") {
+				t.Errorf("stderr %q lacks the hookbox-init: prefix", stderr.String())
+			}
+		})
+	}
+}
+
+// The engine's stdio is the init's, and the init adds nothing to stdout.
+func TestStdoutIsTheEngines(t *testing.T) {
+	cmd := initCommand("/bin/sh", "-c", `printf 'a\n'; read x; printf '%s\n' "$x"; printf 'err\n' >&2`)
+	cmd.Stdin = strings.NewReader("from-stdin\n")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if stdout.String() != "a\nfrom-stdin\n" || stderr.String() != "err\n" {
+		t.Errorf("stdout %q stderr %q", stdout.String(), stderr.String())
+	}
+}
+
+// waitFor polls cond for up to 5s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func fileLines(path string) []string {
+	b, _ := os.ReadFile(path)
+	return strings.Fields(string(b))
+}
+
+func has(lines []string, want string) bool {
+	for _, l := range lines {
+		if l == want {
+			return true
+		}
+	}
+	return false
+}
+
+// A SIGTERM to the init reaches the engine and its descendants (the
+// engine's process group); the init exits with the engine's status.
+func TestForwardsToTheGroup(t *testing.T) {
+	// Not SIGINT: a shell's background job ignores it, so the grandchild
+	// could not trap it.
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1} {
+		t.Run(sig.String(), func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "log")
+			name := sigName(sig)
+			script := fmt.Sprintf(`
+				sh -c 'trap "echo grandchild >> %[1]s; exit 0" %[2]s; echo grandchild-ready >> %[1]s; while :; do sleep 0.05; done' &
+				trap 'echo child >> %[1]s; wait; exit 3' %[2]s
+				echo child-ready >> %[1]s
+				while :; do sleep 0.05; done`, log, name)
+			cmd := initCommand("/bin/sh", "-c", script)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			waitFor(t, "both ready", func() bool {
+				l := fileLines(log)
+				return has(l, "child-ready") && has(l, "grandchild-ready")
+			})
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if got := exitOf(t, cmd.Wait()); got != 3 {
+				t.Errorf("exit %d, want the engine's 3", got)
+			}
+			if l := fileLines(log); !has(l, "child") || !has(l, "grandchild") {
+				t.Errorf("the signal did not reach both: %v", l)
+			}
+		})
+	}
+}
+
+func sigName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGTERM:
+		return "TERM"
+	case syscall.SIGHUP:
+		return "HUP"
+	case syscall.SIGUSR1:
+		return "USR1"
+	}
+	return strconv.Itoa(int(s))
+}
+
+// An orphaned grandchild is reparented to the init (a child subreaper) and
+// reaped by it while the engine still runs: no zombie is left.
+func TestReapsOrphans(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// The subshell starts sleep and exits, orphaning it; the engine lives on.
+	cmd := initCommand("/bin/sh", "-c", fmt.Sprintf(`(sleep 0.5 & echo $! > %s.tmp; mv %[1]s.tmp %[1]s); sleep 3`, pidFile))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var orphan int
+	waitFor(t, "the orphan's pid", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		orphan, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	waitFor(t, "the orphan to be reparented to the init", func() bool {
+		ppid, _ := procStat(orphan)
+		return ppid == cmd.Process.Pid
+	})
+	waitFor(t, "the orphan to be reaped", func() bool {
+		_, err := procStat(orphan)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if cmd.ProcessState != nil {
+		t.Fatal("the init exited before the engine")
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if got := exitOf(t, cmd.Wait()); got != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit %d, want %d (the engine's sleep died of SIGTERM)", got, 128+int(syscall.SIGTERM))
+	}
+}
+
+// procStat returns the parent pid of pid from /proc, or the error reading it
+// (os.ErrNotExist once reaped; a zombie still has its entry).
+func procStat(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 2 {
+		return 0, fmt.Errorf("short stat %q", b)
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err
+}
