@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"hookbox.dev/hookbox/compiler"
+	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/runfiles"
@@ -81,7 +81,7 @@ func TestRunfilesHoldTheInit(t *testing.T) {
 	if _, err := Runfiles(ctx, store, r, nil); err == nil || !strings.Contains(err.Error(), "make build") {
 		t.Fatalf("a missing init: %v, want an error naming make build", err)
 	}
-	static := filepath.Join(runtime.GOROOT(), "bin", "gofmt") // a static ELF file, as hookbox-init is
+	static := testenv.StaticELF(t) // a static ELF file, as hookbox-init is
 	t.Setenv(InitEnv, static)
 	if _, err := Runfiles(ctx, store, r, nil); err != nil {
 		t.Fatal(err)

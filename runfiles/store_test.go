@@ -8,13 +8,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/render/canonjson"
 )
@@ -478,9 +478,9 @@ func TestAssembleRepairsAnyTamperedObject(t *testing.T) {
 // relocation would otherwise move), with the host file's content, and
 // needs a static ELF file.
 func TestAssemblePlaced(t *testing.T) {
-	static := filepath.Join(runtime.GOROOT(), "bin", "gofmt") // Go's tools are static
+	static := testenv.StaticELF(t) // Go's tools are static
 	if err := requireStatic(static); err != nil {
-		t.Skipf("no static ELF file to place: %v", err)
+		t.Fatalf("no static ELF file to place: %v", err)
 	}
 	s := openTestStore(t)
 	at := "/hookbox/bin/init"

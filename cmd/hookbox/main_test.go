@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
+	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/plan"
 	"hookbox.dev/hookbox/render"
 )
@@ -197,7 +197,7 @@ func TestRenderRunfilesDigest(t *testing.T) {
 	}
 	// A static ELF file stands in for hookbox-init, which the test binary
 	// does not have beside it.
-	t.Setenv(plan.InitEnv, filepath.Join(runtime.GOROOT(), "bin", "gofmt"))
+	t.Setenv(plan.InitEnv, testenv.StaticELF(t))
 	dir := t.TempDir()
 	spec := writeSpec(t, dir, "s.yaml", validHead+"  engine: {kind: exec, path: "+engine+"}\n  workspace: .\n")
 	state := filepath.Join(dir, "state")
