@@ -47,7 +47,7 @@ func TestTraceTwoHooksConfirmed(t *testing.T) {
 	for _, m := range res.Trace.Matched {
 		seen[m.Rule] += m.Count
 	}
-	if seen["engine"] != 1 || seen["hook:first"] != 1 || seen["hook:second"] != 1 {
+	if seen["init"] != 1 || seen["engine"] != 1 || seen["hook:first"] != 1 || seen["hook:second"] != 1 {
 		t.Errorf("each exec must map to its rule: %+v", res.Trace.Matched)
 	}
 	// The live --json stream carried the execs too.
@@ -57,8 +57,8 @@ func TestTraceTwoHooksConfirmed(t *testing.T) {
 			execs++
 		}
 	}
-	if execs != 3 {
-		t.Errorf("%d exec events streamed, want 3", execs)
+	if execs != 4 {
+		t.Errorf("%d exec events streamed, want 4 (init, engine, two hooks)", execs)
 	}
 	// And hookbox verify recomputes the same verdict offline.
 	out, err := e.command(t.Context(), "verify", res.RecordDir).CombinedOutput()
@@ -260,7 +260,7 @@ func TestRealClaudeOffline(t *testing.T) {
 	for _, m := range res.Trace.Matched {
 		hooks[m.Rule] = true
 	}
-	for _, h := range []string{"engine", "hook:session-start", "hook:prompt-submit", "hook:stop-failure", "hook:session-end"} {
+	for _, h := range []string{"init", "engine", "hook:session-start", "hook:prompt-submit", "hook:stop-failure", "hook:session-end"} {
 		if !hooks[h] {
 			t.Errorf("rule %s not matched: %+v", h, res.Trace.Matched)
 		}

@@ -3,8 +3,8 @@ package plan
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -81,7 +81,10 @@ func TestRunfilesHoldTheInit(t *testing.T) {
 	if _, err := Runfiles(ctx, store, r, nil); err == nil || !strings.Contains(err.Error(), "make build") {
 		t.Fatalf("a missing init: %v, want an error naming make build", err)
 	}
-	static := filepath.Join(runtime.GOROOT(), "bin", "gofmt") // a static ELF file, as hookbox-init is
+	static, err := exec.LookPath("go") // a static ELF file, as hookbox-init is
+	if err != nil {
+		t.Skip("no go command to stand in for hookbox-init")
+	}
 	t.Setenv(InitEnv, static)
 	if _, err := Runfiles(ctx, store, r, nil); err != nil {
 		t.Fatal(err)

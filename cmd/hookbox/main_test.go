@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -195,9 +195,13 @@ func TestRenderRunfilesDigest(t *testing.T) {
 	if err := os.WriteFile(engine, original, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// A static ELF file stands in for hookbox-init, which the test binary
-	// does not have beside it.
-	t.Setenv(plan.InitEnv, filepath.Join(runtime.GOROOT(), "bin", "gofmt"))
+	// A static ELF file (the go command) stands in for hookbox-init, which
+	// the test binary does not have beside it.
+	static, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to stand in for hookbox-init")
+	}
+	t.Setenv(plan.InitEnv, static)
 	dir := t.TempDir()
 	spec := writeSpec(t, dir, "s.yaml", validHead+"  engine: {kind: exec, path: "+engine+"}\n  workspace: .\n")
 	state := filepath.Join(dir, "state")
