@@ -217,8 +217,9 @@ func checkArgv(t *testing.T, job *batchv1.Job, r *render.Render) {
 	for _, s := range slices.Concat(engine.Command, engine.Args) {
 		argv = append(argv, expansion.Expand(s, expansion.MappingFuncFor(env)))
 	}
-	if !slices.Equal(argv, r.Engine.Exec.Argv) {
-		t.Errorf("%s: argv after expansion\n got %q\nwant %q", job.Name, argv, r.Engine.Exec.Argv)
+	// The process argv: the init, then the engine's exact argv.
+	if !slices.Equal(argv, r.Process.Argv) || len(argv) == 0 || argv[0] != render.InitPath || !slices.Equal(argv[1:], r.Engine.Exec.Argv) {
+		t.Errorf("%s: argv after expansion\n got %q\nwant %q", job.Name, argv, r.Process.Argv)
 	}
 	for _, e := range r.Process.Env {
 		if (e.Source == render.EnvHookbox || e.Source == render.EnvSet) && env[e.Name] != e.Value {
@@ -233,8 +234,9 @@ func TestEscapingSurvivesTheKubelet(t *testing.T) {
 	r := &render.Render{
 		SchemaVersion: render.SchemaVersion, Spawn: "dollars", Network: "none",
 		Engine: render.Engine{Kind: "exec", Exec: render.Exec{Path: "/usr/bin/tool", Argv: []string{"/usr/bin/tool", "$(HOME)", "$$", "a$", "$(X"}}},
+		Init:   &render.Exec{Path: render.InitPath, Argv: []string{render.InitPath, "/usr/bin/tool", "$(HOME)", "$$", "a$", "$(X"}},
 		Process: render.Process{
-			Argv: []string{"/usr/bin/tool", "$(HOME)", "$$", "a$", "$(X"}, Cwd: render.WorkspaceDir, UID: 65532, GID: 65532,
+			Argv: []string{render.InitPath, "/usr/bin/tool", "$(HOME)", "$$", "a$", "$(X"}, Cwd: render.WorkspaceDir, UID: 65532, GID: 65532,
 			Env: []render.EnvVar{{Name: "HOME", Source: render.EnvHookbox, Value: "/h"}, {Name: "X", Source: render.EnvSet, Value: "$(HOME)/x"}},
 		},
 		Programs: []render.Program{{Path: "/usr/bin/tool", HostPath: "/usr/bin/tool", Roles: []string{render.RoleEngine}}},
