@@ -309,3 +309,54 @@ spec:
 	}
 	return file
 }
+
+// TestRealClaudeSessionEndOnTimeout: the real Claude Code waits on a model
+// API that accepts and never answers; at the timeout the init forwards
+// SIGTERM to it (as PID 1 it would have ignored it), and Claude Code runs
+// its SessionEnd hook before it exits.
+func TestRealClaudeSessionEndOnTimeout(t *testing.T) {
+	testenv.RequireIntegration(t, anthropic.ClaudeInstalled)
+	e := newEnv(t)
+	gitWorkspace(t, filepath.Join(e.specDir, "ws"), "initial")
+	h := testnet.NewHost(t)
+	l := h.Listen(t, apiPort)
+	go func() { // accept and hold every connection: no answer ever comes
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	addr := fmt.Sprintf("%s:%d", h.Addr(), apiPort)
+	spec := e.claudeEgressSpec(t, "claude-timeout", "http://"+addr, addr, "/usr/bin/bash")
+	// Replace the artifacts and hooks: only SessionEnd matters here.
+	data, err := os.ReadFile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(data), "    - {name: pre-bash, event: PreToolUse, matcher: Bash, argv: [/usr/bin/touch, /run/hookbox/out/pre-bash], required: true}",
+		"    - {name: session-end, event: SessionEnd, argv: [/usr/bin/touch, /run/hookbox/out/session-end], required: true}", 1)
+	text = strings.Replace(text, "limits: {timeout: 2m, memory: 2Gi}", "limits: {timeout: 8s, memory: 2Gi}", 1)
+	text = strings.Replace(text, "artifacts: [review.md, pre-bash]", "artifacts: [session-end]", 1)
+	if err := os.WriteFile(spec, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.extraEnv = append(e.extraEnv, "ANTHROPIC_API_KEY=test-key")
+	r := e.runGrace(spec, "20s")
+	res := r.mustResult(t)
+	if res.Status != launcher.StatusTimedOut {
+		t.Fatalf("status %s, want timed_out\n%s", res.Status, r.stderr)
+	}
+	if res.Signal == "killed" {
+		t.Errorf("the engine was SIGKILLed after the grace: SIGTERM did not end it")
+	}
+	found := false
+	for _, a := range res.Artifacts {
+		found = found || (a.Declared == "session-end" && a.Status == "found")
+	}
+	if !found {
+		t.Errorf("the SessionEnd hook did not run on SIGTERM: %+v (signal %s)", res.Artifacts, res.Signal)
+	}
+}
