@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"hookbox.dev/hookbox/internal/testapi/anthropic"
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher"
 )
@@ -224,21 +225,11 @@ func TestTraceConcurrentRunsKeepTheirEvents(t *testing.T) {
 	}
 }
 
-// claudeEngine is the real Claude Code engine installed by make real-engines.
-const claudeEngine = "/opt/engines/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
-
-var claudeInstalled = testenv.Requirement{Name: "claude-code", Check: func() string {
-	if _, err := os.Stat(claudeEngine); err != nil {
-		return "Claude Code 2.1.197 not installed (make real-engines)"
-	}
-	return ""
-}}
-
 // TestRealClaudeOffline runs the real Claude Code engine without network or
 // credentials: it exits 1, its four exec-form hooks run with exactly the
 // rendered argv, and the verdict is confirmed.
 func TestRealClaudeOffline(t *testing.T) {
-	testenv.RequireIntegration(t, claudeInstalled)
+	testenv.RequireIntegration(t, anthropic.ClaudeInstalled)
 	e := newEnv(t)
 	r := e.run("../examples/claude-offline.yaml")
 	res := r.mustResult(t)

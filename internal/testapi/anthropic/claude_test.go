@@ -2,29 +2,16 @@ package anthropic
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
+	"hookbox.dev/hookbox/internal/testapi/clitest"
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/internal/testnet"
 )
-
-var gitInstalled = testenv.Requirement{Name: "git", Check: func() string {
-	if _, err := exec.LookPath("git"); err != nil {
-		return "no git on PATH (apt-get install git)"
-	}
-	return ""
-}}
 
 const commitSubject = "the subject the agent reads"
 
@@ -38,38 +25,13 @@ func agentScript(dir string) Script {
 	}
 }
 
-// gitRepo makes a repository with one commit.
-func gitRepo(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, args := range [][]string{
-		{"init", "-q"},
-		{"-c", "user.name=test", "-c", "user.email=test@example.invalid", "commit", "-q", "--allow-empty", "-m", commitSubject},
-	} {
-		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("git %s: %v\n%s", args[0], err, out)
-		}
-	}
-	return dir
-}
-
 // runClaude runs the real CLI in dir with env added to a fresh HOME and
 // PATH, and returns its result event (the last line of stream-json).
 func runClaude(t *testing.T, dir string, env ...string) map[string]any {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, ClaudeEngine, "-p", "Write the last commit's subject to out.md.",
+	env = append(append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "ANTHROPIC_API_KEY=test-key"}, QuietEnv...), env...)
+	out := clitest.Run(t, dir, env, ClaudeEngine, "-p", "Write the last commit's subject to out.md.",
 		"--output-format", "stream-json", "--verbose", "--allowedTools", "Bash Write", "--max-turns", "5")
-	cmd.Dir = dir
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "ANTHROPIC_API_KEY=test-key"}, QuietEnv...)
-	cmd.Env = append(cmd.Env, env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("claude: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.Bytes())
-	}
 	var result map[string]any
 	for line := range bytes.Lines(out) {
 		var ev map[string]any
@@ -117,10 +79,10 @@ func checkAgentLoop(t *testing.T, srv *Server, dir string) {
 // proxy that refuses and records everything, so any request the CLI makes
 // beyond its model API (NO_PROXY) is seen and goes nowhere.
 func TestRealClaudeAgainstScriptedAPI(t *testing.T) {
-	testenv.Require(t, ClaudeInstalled, gitInstalled)
-	dir := gitRepo(t)
+	testenv.Require(t, ClaudeInstalled, clitest.GitInstalled)
+	dir := clitest.GitRepo(t, commitSubject)
 	srv, base := StartLoopback(t, agentScript(dir))
-	proxy, proxied := recordingProxy(t, "")
+	proxy, proxied := clitest.RecordingProxy(t, "")
 	runClaude(t, dir, "ANTHROPIC_BASE_URL="+base,
 		"HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy, "NO_PROXY=127.0.0.1")
 	checkAgentLoop(t, srv, dir)
@@ -134,12 +96,12 @@ func TestRealClaudeAgainstScriptedAPI(t *testing.T) {
 // sends it absolute-form requests (no CONNECT for an http base URL) and
 // nothing else.
 func TestRealClaudeThroughProxy(t *testing.T) {
-	testenv.Require(t, ClaudeInstalled, gitInstalled)
-	dir := gitRepo(t)
+	testenv.Require(t, ClaudeInstalled, clitest.GitInstalled)
+	dir := clitest.GitRepo(t, commitSubject)
 	host := testnet.NewHost(t)
 	srv, base := Start(t, host.Listen(t, 0), agentScript(dir))
 	apiHost := strings.TrimPrefix(base, "http://")
-	proxy, proxied := recordingProxy(t, apiHost)
+	proxy, proxied := clitest.RecordingProxy(t, apiHost)
 	runClaude(t, dir, "ANTHROPIC_BASE_URL="+base, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy)
 	checkAgentLoop(t, srv, dir)
 	lines := proxied()
@@ -151,34 +113,5 @@ func TestRealClaudeThroughProxy(t *testing.T) {
 		if l != want {
 			t.Errorf("proxy saw %q, want %q", l, want)
 		}
-	}
-}
-
-// recordingProxy is a forward proxy on loopback that records each request
-// line and forwards absolute-form requests for allowed (host:port) only;
-// it refuses CONNECT and every other host with 403. It returns the proxy's
-// URL and the lines seen so far.
-func recordingProxy(t *testing.T, allowed string) (string, func() []string) {
-	var mu sync.Mutex
-	var lines []string
-	forward := &httputil.ReverseProxy{
-		Rewrite:   func(pr *httputil.ProxyRequest) { pr.Out.URL, pr.Out.Host = pr.In.URL, pr.In.Host },
-		Transport: &http.Transport{}, // no proxy of its own, whatever the environment says
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		lines = append(lines, r.Method+" "+r.RequestURI+" "+r.Proto)
-		mu.Unlock()
-		if r.Method == http.MethodConnect || r.URL.Scheme != "http" || r.URL.Host != allowed || allowed == "" {
-			http.Error(w, "refused by the test's proxy", http.StatusForbidden)
-			return
-		}
-		forward.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), lines...)
 	}
 }

@@ -11,10 +11,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+
+	"hookbox.dev/hookbox/internal/testapi/scripted"
 )
 
 // Turn is one model response: some text, a tool call, or both (text
@@ -143,15 +144,7 @@ func NewServer(script Script) *Server {
 		if turn.ToolUse == nil {
 			continue
 		}
-		s.inputs[i] = json.RawMessage("{}")
-		if turn.ToolUse.Input == nil {
-			continue
-		}
-		b, err := json.Marshal(turn.ToolUse.Input)
-		if err != nil || b[0] != '{' {
-			panic(fmt.Sprintf("anthropic.NewServer: turn %d: tool input %#v is not a JSON object (%v)", i, turn.ToolUse.Input, err))
-		}
-		s.inputs[i] = b
+		s.inputs[i] = scripted.ObjectJSON("anthropic.NewServer", i, turn.ToolUse.Input)
 	}
 	return s
 }
@@ -161,21 +154,14 @@ func NewServer(script Script) *Server {
 func Start(t testing.TB, l net.Listener, script Script) (*Server, string) {
 	s := NewServer(script)
 	s.Logf = t.Logf
-	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: s}}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return s, srv.URL
+	return s, scripted.Serve(t, l, s)
 }
 
 // StartLoopback serves script on a loopback port until the test ends and
 // returns the server and its base URL (http://127.0.0.1:port).
 func StartLoopback(t testing.TB, script Script) (*Server, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listening on loopback: %v", err)
-	}
-	return Start(t, l, script)
+	return Start(t, scripted.Loopback(t), script)
 }
 
 // Requests returns every request received so far, in order.

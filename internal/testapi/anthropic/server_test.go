@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"hookbox.dev/hookbox/internal/testapi/scripted"
 )
 
 // post sends a Messages API request with the given messages JSON.
@@ -39,23 +40,11 @@ type sse struct {
 func readEvents(t *testing.T, r io.Reader) []sse {
 	t.Helper()
 	var events []sse
-	var name string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			var data map[string]any
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &data); err != nil {
-				t.Fatalf("event %s: %v", name, err)
-			}
-			if data["type"] != name {
-				t.Errorf("event %s carries type %v", name, data["type"])
-			}
-			events = append(events, sse{name, data})
+	for _, e := range scripted.ReadEvents(t, r) {
+		if e.Data["type"] != e.Name {
+			t.Errorf("event %s carries type %v", e.Name, e.Data["type"])
 		}
+		events = append(events, sse{e.Name, e.Data})
 	}
 	return events
 }

@@ -12,10 +12,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+
+	"hookbox.dev/hookbox/internal/testapi/scripted"
 )
 
 // Turn is one model response: some text, a function call, or both (text
@@ -140,15 +141,7 @@ func NewServer(script Script) *Server {
 		if turn.Call == nil {
 			continue
 		}
-		s.args[i] = json.RawMessage("{}")
-		if turn.Call.Args == nil {
-			continue
-		}
-		b, err := json.Marshal(turn.Call.Args)
-		if err != nil || b[0] != '{' {
-			panic(fmt.Sprintf("gemini.NewServer: turn %d: arguments %#v are not a JSON object (%v)", i, turn.Call.Args, err))
-		}
-		s.args[i] = b
+		s.args[i] = scripted.ObjectJSON("gemini.NewServer", i, turn.Call.Args)
 	}
 	return s
 }
@@ -158,21 +151,14 @@ func NewServer(script Script) *Server {
 func Start(t testing.TB, l net.Listener, script Script) (*Server, string) {
 	s := NewServer(script)
 	s.Logf = t.Logf
-	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: s}}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return s, srv.URL
+	return s, scripted.Serve(t, l, s)
 }
 
 // StartLoopback serves script on a loopback port until the test ends and
 // returns the server and its base URL (http://127.0.0.1:port).
 func StartLoopback(t testing.TB, script Script) (*Server, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listening on loopback: %v", err)
-	}
-	return Start(t, l, script)
+	return Start(t, scripted.Loopback(t), script)
 }
 
 // Requests returns every request received so far, in order.

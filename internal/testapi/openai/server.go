@@ -11,10 +11,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+
+	"hookbox.dev/hookbox/internal/testapi/scripted"
 )
 
 // Turn is one model response: some text, a tool call, or both (text
@@ -154,15 +155,7 @@ func NewServer(script Script) *Server {
 		if turn.Call == nil {
 			continue
 		}
-		s.args[i] = "{}"
-		if turn.Call.Arguments == nil {
-			continue
-		}
-		b, err := json.Marshal(turn.Call.Arguments)
-		if err != nil || b[0] != '{' {
-			panic(fmt.Sprintf("openai.NewServer: turn %d: arguments %#v are not a JSON object (%v)", i, turn.Call.Arguments, err))
-		}
-		s.args[i] = string(b)
+		s.args[i] = string(scripted.ObjectJSON("openai.NewServer", i, turn.Call.Arguments))
 	}
 	return s
 }
@@ -172,21 +165,14 @@ func NewServer(script Script) *Server {
 func Start(t testing.TB, l net.Listener, script Script) (*Server, string) {
 	s := NewServer(script)
 	s.Logf = t.Logf
-	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: s}}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return s, srv.URL
+	return s, scripted.Serve(t, l, s)
 }
 
 // StartLoopback serves script on a loopback port until the test ends and
 // returns the server and its base URL (http://127.0.0.1:port).
 func StartLoopback(t testing.TB, script Script) (*Server, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listening on loopback: %v", err)
-	}
-	return Start(t, l, script)
+	return Start(t, scripted.Loopback(t), script)
 }
 
 // Requests returns every request received so far, in order.

@@ -1,0 +1,85 @@
+// Package scripted holds what the scripted model API servers of
+// internal/testapi share: serving a handler on a listener for the length of
+// a test, a loopback listener, the tool-call arguments of a script turn
+// marshalled once, and reading a server-sent event stream in their tests.
+// Each API's own format stays in its package.
+package scripted
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// Serve serves h on l until the test ends and returns its base URL
+// (http://addr).
+func Serve(t testing.TB, l net.Listener, h http.Handler) string {
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: h}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// Loopback is a listener on a free loopback port.
+func Loopback(t testing.TB) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listening on loopback: %v", err)
+	}
+	return l
+}
+
+// ObjectJSON marshals the arguments of a scripted tool call, which every
+// API takes as a JSON object; nil is {}. It panics otherwise: the script
+// (turn of api's server) is wrong.
+func ObjectJSON(api string, turn int, v any) json.RawMessage {
+	if v == nil {
+		return json.RawMessage("{}")
+	}
+	b, err := json.Marshal(v)
+	if err != nil || b[0] != '{' {
+		panic(fmt.Sprintf("%s: turn %d: tool arguments %#v are not a JSON object (%v)", api, turn, v, err))
+	}
+	return b
+}
+
+// Event is one server-sent event: its name ("" when the stream names
+// none) and its data decoded as a JSON object.
+type Event struct {
+	Name string
+	Data map[string]any
+}
+
+// ReadEvents reads a server-sent event stream to its end.
+func ReadEvents(t testing.TB, r io.Reader) []Event {
+	t.Helper()
+	var events []Event
+	var name string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			var data map[string]any
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &data); err != nil {
+				t.Fatalf("event %q: %v", name, err)
+			}
+			events = append(events, Event{name, data})
+			name = ""
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading the event stream: %v", err)
+	}
+	return events
+}
