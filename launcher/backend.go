@@ -23,9 +23,8 @@ import (
 // runc keeps its state and the task FIFOs go, how each run gets a cgroup of
 // its own, and how its execs are traced. The run lifecycle asks it these
 // questions and never branches on which backend it is (docs/contracts.md
-// §7); Kind only labels records and messages.
+// §7): a Backend does not even say which one it is.
 type Backend struct {
-	Kind    string // BackendRootful or BackendRootless
 	Client  *containerd.Client
 	Address string
 	// RuncRoot and FIFODir, when set, replace runc's state root and the
@@ -38,12 +37,6 @@ type Backend struct {
 	// error (an *UnavailableError's ID) as the reason.
 	Tracer func() (ExecTracer, error)
 }
-
-// Backend kinds.
-const (
-	BackendRootful  = "rootful"
-	BackendRootless = "rootless"
-)
 
 // Close releases the backend's client.
 func (b *Backend) Close() error {
@@ -126,7 +119,7 @@ func Connect(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{Kind: BackendRootful, Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot,
+	b := &Backend{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot,
 		Cgroups: runtimeCgroups{}, Tracer: func() (ExecTracer, error) {
 			return loadLocalTracer(ebpf.Options{RingSize: cfg.TraceRingSize})
 		}}
@@ -145,7 +138,7 @@ func connectRootless(ctx context.Context, rc *rootless.Context, cfg BackendConfi
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{Kind: BackendRootless, Client: client, Address: rc.Address, RuncRoot: rc.RuncRoot, FIFODir: rc.FIFODir}
+	b := &Backend{Client: client, Address: rc.Address, RuncRoot: rc.RuncRoot, FIFODir: rc.FIFODir}
 	if d, err := cgroup.FindDelegation(); err == nil {
 		b.Cgroups = delegatedCgroups{d}
 	} else {
