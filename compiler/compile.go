@@ -46,6 +46,12 @@ type compilation struct {
 	hostPaths map[string]string
 	pathDirs  []string
 	diags     *diagnostics
+	// profile is the engine profile applied (nil for engines without one);
+	// hookShell the resolved path of its hook shell.
+	profile         *engineProfile
+	hookShell       string
+	profileShellEnv [2]string // a variable the engine reads its shell from, and its value
+	baseURLArgs     []string  // engine flags engine.baseURL calls for
 }
 
 // CompileAll compiles parsed spawns, collecting every problem.
@@ -104,10 +110,17 @@ func Compile(p *Parsed) (*render.Render, error) {
 	}
 	c.spec = c.containerView(s)
 	c.collectPrograms()
+	c.applyProfile()
 	c.limits()
 	c.mounts()
 	c.baseEnv()
+	c.profileEnv()
 	c.egress()
+	if base := s.Engine.BaseURL; base != "" && c.def.baseURL != nil {
+		if err := c.def.baseURL(c, base); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.def.build(c); err != nil {
 		return nil, err
 	}
@@ -116,6 +129,7 @@ func Compile(p *Parsed) (*render.Render, error) {
 	}
 	c.hooks()
 	c.trace()
+	c.scriptShebangs()
 	c.finish()
 	return c.r, nil
 }
@@ -188,9 +202,6 @@ func (c *compilation) collectPrograms() {
 	for _, h := range s.Hooks {
 		c.addProgram(h.Argv[0], render.RoleHook)
 	}
-	if style := c.def.hooks; style != nil && style.shell != "" && len(s.Hooks) > 0 {
-		c.addShell(style.shell)
-	}
 	// PATH: directories of declared tools outside the standard ones (sorted,
 	// so declaration order does not matter), then the standard directories.
 	var dirs []string
@@ -202,22 +213,6 @@ func (c *compilation) collectPrograms() {
 	slices.Sort(dirs)
 	dirs = append(dirs, standardPath...)
 	c.pathDirs = dirs
-}
-
-// addShell makes sure the shell an engine runs hooks with is a program: a
-// declared tool of that name if there is one, else /bin/<name>.
-func (c *compilation) addShell(name string) {
-	if path.IsAbs(name) {
-		c.addProgram(name, render.RoleShell)
-		return
-	}
-	for _, tool := range c.spec.Tools {
-		if path.Base(tool) == name {
-			c.addProgram(tool, render.RoleShell)
-			return
-		}
-	}
-	c.addProgram(path.Join("/bin", name), render.RoleShell)
 }
 
 func (c *compilation) limits() {

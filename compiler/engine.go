@@ -1,8 +1,8 @@
 package compiler
 
 import (
+	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 
@@ -32,6 +32,9 @@ type engineDef struct {
 	reservedEnv []string
 	// selfExecArgv0: argv[0] values under which the engine re-execs itself.
 	selfExecArgv0 []string
+	// profiles are what each known version of the real CLI does beyond
+	// its argv (profile.go), oldest first.
+	profiles []*engineProfile
 	// modelAPI returns the HOST:PORT entries the allow entry model-api
 	// stands for: where the engine sends model traffic by default. nil or
 	// empty: no known provider, and modelAPIHint says what to write instead.
@@ -40,6 +43,9 @@ type engineDef struct {
 	// baseURLEnv are the variables the engine reads to send its model
 	// traffic elsewhere; under an allowlist, their host must be allowed.
 	baseURLEnv []string
+	// baseURL points the engine at engine.baseURL; nil: the engine takes
+	// none.
+	baseURL func(c *compilation, url string) error
 	// check reports engine-specific spec problems (with positions).
 	check func(p *Parsed, diags *diagnostics)
 	// build fills the render's process (argv, cwd, env) and generated files.
@@ -55,12 +61,10 @@ const (
 )
 
 // hookStyle says how an engine runs a hook.
+// Whether it uses a shell, and which, is its profile's hookShell.
 type hookStyle struct {
 	events     []string
 	toolEvents []string // events that take a matcher
-	// shell is "" when the engine execs the hook argv directly; otherwise
-	// the shell's name (how the engine invokes it: "/bin/bash" or "bash").
-	shell string
 }
 
 var engines = map[string]*engineDef{}
@@ -93,30 +97,12 @@ func (c *compilation) hookChain(h *Hook) (chain []render.Exec, command string) {
 		}
 	}
 	direct := render.Exec{Path: argv[0], Argv: slices.Clone(argv), Slots: slots}
-	style := c.def.hooks
-	if style.shell == "" {
+	if c.hookShell == "" {
 		return []render.Exec{direct}, ""
 	}
 	command = shellwords.Join(argv)
-	shellPath := c.shellPath(style.shell)
-	shell := render.Exec{Path: shellPath, Argv: []string{style.shell, "-c", command}}
+	shell := render.Exec{Path: c.hookShell, Argv: []string{c.profile.hookShell.argv0Of(c.hookShell), "-c", command}}
 	return []render.Exec{shell, direct}, command
-}
-
-// shellPath is where the engine's hook shell is in the container: an
-// absolute shell name is exec'd as is; a bare name is found on the
-// container's PATH among the declared programs.
-func (c *compilation) shellPath(name string) string {
-	if path.IsAbs(name) {
-		return name
-	}
-	for _, dir := range c.pathDirs {
-		candidate := path.Join(dir, name)
-		if _, ok := c.programs[candidate]; ok {
-			return candidate
-		}
-	}
-	return path.Join("/bin", name)
 }
 
 // checkEngineRules applies the rules every engine declares through its
@@ -135,6 +121,18 @@ func checkEngineRules(p *Parsed, diags *diagnostics, def *engineDef) {
 	}
 	if !def.mcp && s.MCPServers != nil {
 		p.errf(diags, "spec.mcpServers", "remove mcpServers for this engine", "hookbox does not configure MCP servers for engine %s", def.kind)
+	}
+	if s.Engine.BaseURL != "" {
+		if def.baseURL == nil {
+			p.errf(diags, "spec.engine.baseURL", "remove it, or pass the program's own setting in engine.args or env.set", "engine %s takes no baseURL", def.kind)
+		} else if name, ok := baseURLEnvGiven(s, def); ok {
+			p.errf(diags, "spec.engine.baseURL", "give the URL in one place: remove "+name+" from env, or remove engine.baseURL", "engine.baseURL and %s both say where the model API is", name)
+		} else if _, _, err := urlDestination(s.Engine.BaseURL); err != nil {
+			var refused *entryError
+			if errors.As(err, &refused) {
+				p.errf(diags, "spec.engine.baseURL", refused.hint, "%s", refused.problem)
+			}
+		}
 	}
 	if !def.modelEffort {
 		if s.Engine.Model != "" {
@@ -163,8 +161,14 @@ func refuseOptionLikePrompt(p *Parsed, diags *diagnostics, leading string) {
 	}
 }
 
-// userArgs are the spec's extra engine args.
-func (c *compilation) userArgs() []string { return slices.Clone(c.spec.Engine.Args) }
+// userArgs are the profile's flags, then the spec's extra engine args.
+func (c *compilation) userArgs() []string {
+	var args []string
+	if c.profile != nil {
+		args = append(args, c.profile.args...)
+	}
+	return append(args, c.spec.Engine.Args...)
+}
 
 // grantArgs are the container paths of addDirs.
 func grantArgs(c *compilation) any { return c.grantPaths() }
@@ -176,11 +180,10 @@ func (c *compilation) note(format string, args ...any) {
 	c.r.Notes = append(c.r.Notes, fmt.Sprintf(format, args...))
 }
 
-// hookSettings builds the hooks document Claude Code, Codex and Gemini
-// share: {"hooks": {Event: [{"matcher": M, "hooks": [handler]}]}}, one
-// group per hook in declaration order. handler gives the engine-specific
-// entry for one hook.
-func (c *compilation) hookSettings(handler func(h *Hook) any) (string, error) {
+// hookEvents builds the hooks table Claude Code, Codex and Gemini share:
+// {Event: [{"matcher": M, "hooks": [handler]}]}, one group per hook in
+// declaration order. handler gives the engine-specific entry for one hook.
+func (c *compilation) hookEvents(handler func(h *Hook) any) any {
 	type group struct {
 		Matcher string `json:"matcher,omitempty"`
 		Hooks   []any  `json:"hooks"`
@@ -190,6 +193,22 @@ func (c *compilation) hookSettings(handler func(h *Hook) any) (string, error) {
 		h := &c.spec.Hooks[i]
 		events[h.Event] = append(events[h.Event], group{Matcher: h.Matcher, Hooks: []any{handler(h)}})
 	}
-	data, err := canonjson.Marshal(map[string]any{"hooks": events})
+	return events
+}
+
+// hookSettings is the document {"hooks": hookEvents(handler)}.
+func (c *compilation) hookSettings(handler func(h *Hook) any) (string, error) {
+	data, err := canonjson.Marshal(map[string]any{"hooks": c.hookEvents(handler)})
 	return string(data), err
+}
+
+// baseURLEnvGiven reports a base-URL variable of the engine that the spec
+// also gives (env.set, env.allow or secrets).
+func baseURLEnvGiven(s *SpawnSpec, def *engineDef) (string, bool) {
+	for _, name := range def.baseURLEnv {
+		if _, set := s.Env.Set[name]; set || slices.Contains(s.Env.Allow, name) || slices.Contains(s.Secrets, name) {
+			return name, true
+		}
+	}
+	return "", false
 }

@@ -65,13 +65,33 @@ func init() {
 		mcp:           true,
 		modelEffort:   true,
 		selfExecArgv0: []string{"rg"},
+		reservedEnv:   []string{"SHELL"},
+		profiles:      claudeProfiles,
 		modelAPI:      fixedHosts("api.anthropic.com:443"),
 		// The bundled SDK client defaults baseURL to ANTHROPIC_BASE_URL;
 		// measured with 2.1.197: set, the first CONNECT goes to its host.
 		baseURLEnv: []string{"ANTHROPIC_BASE_URL"},
-		build:      buildClaude,
+		baseURL: func(c *compilation, url string) error {
+			c.setEnv("ANTHROPIC_BASE_URL", render.EnvHookbox, url)
+			return nil
+		},
+		build: buildClaude,
 	})
 }
+
+// claudeProfiles: measured in a hookbox container (docs/engines.md). Its
+// Bash tool looks for zsh, then bash, and starts the one it found as
+// `bash -c env`, `bash -c -l <snapshot script>` and, per command,
+// `bash -c "source <snapshot> … eval '<command>' …"`, with argv[0] the path
+// it found; SHELL pins the choice to the shell the render plans. It runs
+// itself as rg (selfExecArgv0) and runs git on its own when git is there
+// (a tool like any other). Its IDE probe (/bin/sh -c "ps aux | grep …")
+// fails unless /bin/sh is a declared tool.
+var claudeProfiles = []*engineProfile{{
+	version: "2.1.197",
+	toolShell: &shellRule{name: "bash", argv0: argv0Path, env: "SHELL",
+		forms: [][]string{{"-c", slotArg}, {"-c", "-l", slotArg}}},
+}}
 
 func buildClaude(c *compilation) error {
 	if e := c.spec.Engine.Effort; e != "" {

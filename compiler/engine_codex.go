@@ -52,7 +52,8 @@ func init() {
 		kind:         "codex",
 		streamsEarly: true,
 		prompt:       promptRequired,
-		hooks:        &hookStyle{events: codexEvents, toolEvents: codexToolEvents, shell: "/bin/bash"},
+		hooks:        &hookStyle{events: codexEvents, toolEvents: codexToolEvents},
+		profiles:     codexProfiles,
 		mcp:          true,
 		modelEffort:  true,
 		reservedEnv:  []string{"CODEX_HOME"},
@@ -63,8 +64,47 @@ func init() {
 		// OPENAI_BASE_URL (measured: still api.openai.com); its base URL is
 		// the openai_base_url config key, so there is no variable to check.
 		modelAPI: fixedHosts("api.openai.com:443"),
+		baseURL:  codexBaseURL,
 		build:    buildCodex,
 	})
+}
+
+// codexProfiles: measured in a hookbox container (docs/engines.md). Codex
+// finds bash on PATH and runs hooks as `<path> -c <command>`. Its shell tool
+// re-execs Codex itself (/proc/self/exe --codex-run-as-process-setup …) to
+// set up the process, which then execs `<bash> -lc <command>`. Its shell
+// snapshot (a `bash -lc <script>` at start and a 38 KB wrapper script
+// around every command, over the tracer's argv cap) is turned off, so every
+// command's exec is visible whole. It runs git on its own (a tool like any
+// other) and looks for codex-code-mode-host and codex-path/rg next to its
+// binary; lsb_release and getconf are looked up and, absent, skipped.
+var codexProfiles = []*engineProfile{{
+	version:   "0.171.0",
+	hookShell: &shellRule{name: "bash", argv0: argv0Path},
+	toolShell: &shellRule{name: "bash", argv0: argv0Path, forms: [][]string{{"-lc", slotArg}, {"-c", slotArg}}},
+	execs: []profileExec{{
+		name: "process-setup", path: "/proc/self/exe",
+		argv: []string{"/proc/self/exe", "--codex-run-as-process-setup"}, rest: true, engineBinary: true,
+	}},
+	siblings: []string{"codex-code-mode-host", "../codex-path/rg"},
+	args:     []string{"--disable", "shell_snapshot"},
+}}
+
+// codexProvider is the model provider hookbox defines for engine.baseURL.
+const codexProvider = "hookbox"
+
+// codexBaseURL defines a Responses API provider at url whose key is
+// OPENAI_API_KEY, and selects it (config overrides, so CODEX_HOME stays
+// hookbox's).
+func codexBaseURL(c *compilation, url string) error {
+	key := "model_providers." + codexProvider + "."
+	c.baseURLArgs = append(c.baseURLArgs,
+		"-c", key+"name="+toml.Quote(codexProvider),
+		"-c", key+"base_url="+toml.Quote(url),
+		"-c", key+"wire_api="+toml.Quote("responses"),
+		"-c", key+"env_key="+toml.Quote("OPENAI_API_KEY"),
+		"-c", "model_provider="+toml.Quote(codexProvider))
+	return nil
 }
 
 func buildCodex(c *compilation) error {
@@ -81,6 +121,7 @@ func buildCodex(c *compilation) error {
 		return err
 	}
 	argv := append([]string{c.spec.Engine.Path, "exec"}, flags...)
+	argv = append(argv, c.baseURLArgs...)
 	argv = append(argv, c.userArgs()...)
 	argv = append(argv, "--", c.p.Prompt)
 	c.r.Process.Argv = argv

@@ -2,8 +2,10 @@ package compiler
 
 import (
 	"path"
+	"slices"
 
 	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/canonjson"
 )
 
 // Antigravity (Gemini) CLI: headless `--output-format json` emits one JSON
@@ -37,7 +39,9 @@ func init() {
 	registerEngine(&engineDef{
 		kind:        "gemini",
 		prompt:      promptRequired,
-		hooks:       &hookStyle{events: geminiEvents, toolEvents: geminiToolEvents, shell: "bash"},
+		hooks:       &hookStyle{events: geminiEvents, toolEvents: geminiToolEvents},
+		profiles:    geminiProfiles,
+		reservedEnv: []string{"GEMINI_CLI_NO_RELAUNCH", "NODE_OPTIONS"},
 		modelEffort: true,
 		// With GEMINI_API_KEY the @google/genai client of 0.61.0 uses
 		// https://generativelanguage.googleapis.com/ (measured: CONNECT
@@ -47,6 +51,10 @@ func init() {
 		// (Vertex AI) replace that base URL.
 		modelAPI:   fixedHosts("generativelanguage.googleapis.com:443"),
 		baseURLEnv: []string{"GOOGLE_GEMINI_BASE_URL", "GOOGLE_VERTEX_BASE_URL"},
+		baseURL: func(c *compilation, url string) error {
+			c.setEnv("GOOGLE_GEMINI_BASE_URL", render.EnvHookbox, url)
+			return nil
+		},
 		check: func(p *Parsed, diags *diagnostics) {
 			// The prompt is the value of --prompt; a leading '-' would be read
 			// as an option.
@@ -59,6 +67,23 @@ func init() {
 		build: buildGemini,
 	})
 }
+
+// geminiProfiles: measured in a hookbox container (docs/engines.md).
+// bundle/gemini.js is `#!/usr/bin/env node` and imports the bundle's
+// chunk files, so its package is its runfiles tree. Left alone it relaunches
+// itself as `node --max-old-space-size=<half the host's RAM>` (the host's,
+// not the container's limit); GEMINI_CLI_NO_RELAUNCH stops that and
+// NODE_OPTIONS sizes the heap from limits.memory instead. Hooks and its
+// shell tool run through bash found on PATH, spawned by name.
+var geminiProfiles = []*engineProfile{{
+	version:     "0.61.0",
+	hookShell:   &shellRule{name: "bash", argv0: argv0Name},
+	toolShell:   &shellRule{name: "bash", argv0: argv0Name, forms: [][]string{{"-c", slotArg}}},
+	nodePackage: true,
+	env: func(c *compilation) map[string]string {
+		return map[string]string{"GEMINI_CLI_NO_RELAUNCH": "true", "NODE_OPTIONS": nodeHeapOptions(c)}
+	},
+}}
 
 func buildGemini(c *compilation) error {
 	s := c.spec.Engine
@@ -84,12 +109,20 @@ func buildGemini(c *compilation) error {
 	argv = append(argv, "--prompt", c.p.Prompt)
 	c.r.Process.Argv = argv
 	c.r.Process.Cwd = render.WorkspaceDir
-	if len(c.spec.Hooks) > 0 {
-		return c.addGeminiSettings()
-	}
-	return nil
+	return c.addGeminiSettings()
 }
 
+// geminiUsesAPIKey: the spawn gives the engine GEMINI_API_KEY.
+func geminiUsesAPIKey(s *SpawnSpec) bool {
+	_, set := s.Env.Set["GEMINI_API_KEY"]
+	return set || slices.Contains(s.Secrets, "GEMINI_API_KEY") || slices.Contains(s.Env.Allow, "GEMINI_API_KEY")
+}
+
+// addGeminiSettings writes the user settings file when there is something
+// to say: the hooks, and the auth method. Headless, 0.61.0 exits 41 unless
+// an auth method is selected, even with GEMINI_API_KEY set (and
+// GOOGLE_GEMINI_BASE_URL alone selects "gateway", which headless mode
+// refuses), so a spawn that gives it an API key selects gemini-api-key.
 func (c *compilation) addGeminiSettings() error {
 	type handler struct {
 		Type    string `json:"type"`
@@ -97,13 +130,23 @@ func (c *compilation) addGeminiSettings() error {
 		Command string `json:"command"`
 		Timeout int64  `json:"timeout,omitempty"` // milliseconds
 	}
-	content, err := c.hookSettings(func(h *Hook) any {
-		_, command := c.hookChain(h)
-		return handler{Type: "command", Name: h.Name, Command: command, Timeout: h.Timeout.Milliseconds()}
-	})
+	settings := map[string]any{}
+	if len(c.spec.Hooks) > 0 {
+		settings["hooks"] = c.hookEvents(func(h *Hook) any {
+			_, command := c.hookChain(h)
+			return handler{Type: "command", Name: h.Name, Command: command, Timeout: h.Timeout.Milliseconds()}
+		})
+	}
+	if geminiUsesAPIKey(c.spec) {
+		settings["security"] = map[string]any{"auth": map[string]string{"selectedType": "gemini-api-key"}}
+	}
+	if len(settings) == 0 {
+		return nil
+	}
+	content, err := canonjson.Marshal(settings)
 	if err != nil {
 		return err
 	}
-	c.addFile(geminiSettingsPath, 0o644, content)
+	c.addFile(geminiSettingsPath, 0o644, string(content))
 	return nil
 }

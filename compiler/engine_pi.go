@@ -1,7 +1,11 @@
 package compiler
 
 import (
+	"path"
 	"strings"
+
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/canonjson"
 )
 
 // pi: `pi -p --mode json … PROMPT`. pi has no `--` terminator and takes the
@@ -83,6 +87,9 @@ func init() {
 		// ANTHROPIC_BASE_URL / OPENAI_BASE_URL defaults are never read
 		// (measured with 0.73.1: ANTHROPIC_BASE_URL set, still CONNECT
 		// api.anthropic.com:443): no base-URL variable to check.
+		profiles:     piProfiles,
+		reservedEnv:  []string{"NODE_OPTIONS"},
+		baseURL:      piBaseURL,
 		modelAPI:     piModelAPI,
 		modelAPIHint: "set engine.model to a model whose provider hookbox knows (claude-..., gpt-..., gemini-..., mistral-..., grok-..., or PROVIDER/MODEL), or list the hosts as HOST:PORT",
 		check: func(p *Parsed, diags *diagnostics) {
@@ -90,6 +97,42 @@ func init() {
 		},
 		build: buildPi,
 	})
+}
+
+// piProfiles: measured in a hookbox container (docs/engines.md).
+// dist/cli.js is `#!/usr/bin/env node` and loads its dependencies from
+// node_modules, so its package (with them) is its runfiles tree. Its bash
+// tool runs `/bin/bash -c <command>` (it takes /bin/bash when it exists).
+// It re-execs nothing.
+var piProfiles = []*engineProfile{{
+	version:     "0.73.1",
+	toolShell:   &shellRule{name: "/bin/bash", argv0: argv0Path, forms: [][]string{{"-c", slotArg}}},
+	nodePackage: true,
+	env: func(c *compilation) map[string]string {
+		return map[string]string{"NODE_OPTIONS": nodeHeapOptions(c)}
+	},
+}}
+
+// piModelsPath is pi's models.json under HOME (its agent directory,
+// ~/.pi/agent, in the tmpfs run dir).
+var piModelsPath = path.Join(render.HomeDir, ".pi", "agent", "models.json")
+
+// piBaseURL sends the model's provider to url: pi 0.73.1 passes each
+// built-in model's own base URL to its SDK (ANTHROPIC_BASE_URL is never
+// read), and a provider entry in models.json overrides it for all of them.
+func piBaseURL(c *compilation, url string) error {
+	provider := piModelProvider(c.spec.Engine.Model)
+	if provider == "" {
+		c.p.errf(c.diags, "spec.engine.baseURL", "set engine.model to a model whose provider hookbox knows (claude-..., gpt-..., gemini-..., or PROVIDER/MODEL)",
+			"engine pi: baseURL needs the model's provider, and model %q names none", c.spec.Engine.Model)
+		return nil
+	}
+	data, err := canonjson.Marshal(map[string]any{"providers": map[string]any{provider: map[string]string{"baseUrl": url}}})
+	if err != nil {
+		return err
+	}
+	c.addFile(piModelsPath, 0o644, string(data))
+	return nil
 }
 
 func buildPi(c *compilation) error {

@@ -115,7 +115,7 @@ func TestEngineArgv(t *testing.T) {
 			name: "codex",
 			spec: spawnYAML("{kind: codex, path: /opt/codex, model: gpt-5.2, effort: max, args: [--skip-git-repo-check]}", "  prompt: fix it"),
 			argv: []string{"/opt/codex", "exec", "--json", "-m", "gpt-5.2", "-c", `model_reasoning_effort="xhigh"`, "-C", "/workspace",
-				"--skip-git-repo-check", "--", "fix it"},
+				"--disable", "shell_snapshot", "--skip-git-repo-check", "--", "fix it"},
 			cwd: "/run/hookbox/home",
 		},
 		{
@@ -125,7 +125,7 @@ func TestEngineArgv(t *testing.T) {
 				"  hooks: [{name: h, event: PreToolUse, matcher: shell, argv: [/opt/h, two words]}]"),
 			argv: []string{"/opt/codex", "exec", "--json", "-C", "/workspace",
 				"-c", `mcp_servers.docs.command="/opt/docs"`, "-c", `mcp_servers.docs.args=["--stdio", "a \"q\""]`,
-				"-c", `mcp_servers.web.url="https://x.invalid"`, "--dangerously-bypass-hook-trust", "--", "fix it"},
+				"-c", `mcp_servers.web.url="https://x.invalid"`, "--dangerously-bypass-hook-trust", "--disable", "shell_snapshot", "--", "fix it"},
 			cwd: "/run/hookbox/home",
 		},
 		{

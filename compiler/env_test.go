@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/runfiles"
 )
 
 func TestContainerEnvironment(t *testing.T) {
@@ -18,6 +19,8 @@ func TestContainerEnvironment(t *testing.T) {
 		"MODE":    {Name: "MODE", Source: render.EnvSet, Value: "ci"},
 		"EMPTY":   {Name: "EMPTY", Source: render.EnvSet},
 		"API_KEY": {Name: "API_KEY", Source: render.EnvSecret},
+		// Claude Code's profile pins its shell (bash on PATH, as the host has it).
+		"SHELL": {Name: "SHELL", Source: render.EnvHookbox, Value: hostBash(t)},
 	}
 	if len(r.Process.Env) != len(want) {
 		t.Fatalf("env has %d entries, want %d: %+v", len(r.Process.Env), len(want), r.Process.Env)
@@ -54,4 +57,15 @@ func TestEnvRules(t *testing.T) {
 	if err == nil {
 		t.Fatal("a malformed secret name must refuse the block")
 	}
+}
+
+// hostBash is where a PATH search finds bash on this host, which is where
+// the container has it.
+func hostBash(t *testing.T) string {
+	t.Helper()
+	bash, err := runfiles.LookPath("bash", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	if err != nil {
+		t.Fatalf("this test needs bash on the host: %v", err)
+	}
+	return bash
 }

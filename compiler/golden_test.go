@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
-	"hookbox.dev/hookbox/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"hookbox.dev/hookbox/internal/testenv"
 
 	"hookbox.dev/hookbox/render"
 )

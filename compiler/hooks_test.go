@@ -79,9 +79,12 @@ func TestHookExecChains(t *testing.T) {
 		t.Errorf("claude settings must carry exec form (command + args): %q", settings.Content)
 	}
 
+	// Codex finds bash on PATH, as the host has it (the container has it
+	// at the same path) and calls it by that path.
+	bash := hostBash(t)
 	codex := compileSpec(t, spawnYAML("{kind: codex, path: /opt/x}", "  prompt: x", strings.Replace(hook, "%s", "Stop", 1)))
 	chain := codex.Hooks[0].Chain
-	if len(chain) != 2 || chain[0].Path != "/bin/bash" || !slices.Equal(chain[0].Argv, []string{"/bin/bash", "-c", command}) ||
+	if len(chain) != 2 || chain[0].Path != bash || !slices.Equal(chain[0].Argv, []string{bash, "-c", command}) ||
 		!slices.Equal(chain[1].Argv, argv) {
 		t.Errorf("codex chain: %+v", chain)
 	}
@@ -89,7 +92,7 @@ func TestHookExecChains(t *testing.T) {
 		t.Errorf("codex command %q, want %q", codex.Hooks[0].Command, command)
 	}
 	if !slices.ContainsFunc(codex.Programs, func(p render.Program) bool {
-		return p.Path == "/bin/bash" && slices.Contains(p.Roles, render.RoleShell)
+		return p.Path == bash && slices.Contains(p.Roles, render.RoleShell)
 	}) {
 		t.Errorf("the shell codex insists on must be a program of the render: %+v", codex.Programs)
 	}
@@ -98,15 +101,15 @@ func TestHookExecChains(t *testing.T) {
 		t.Errorf("codex hooks.json must hold the generated command: %s", hooksJSON.Content)
 	}
 
-	// Gemini runs `bash -c`: bash is looked up on PATH among declared tools.
+	// Gemini spawns `bash -c`: bash on PATH, a declared tool first.
 	gemini := compileSpec(t, spawnYAML("{kind: gemini, path: /opt/g}", "  prompt: x", "  tools: [/usr/local/bin/bash]", strings.Replace(hook, "%s", "BeforeTool", 1)))
 	chain = gemini.Hooks[0].Chain
 	if chain[0].Path != "/usr/local/bin/bash" || !slices.Equal(chain[0].Argv, []string{"bash", "-c", command}) {
 		t.Errorf("gemini chain: %+v", chain)
 	}
 	gemini = compileSpec(t, spawnYAML("{kind: gemini, path: /opt/g}", "  prompt: x", strings.Replace(hook, "%s", "BeforeTool", 1)))
-	if gemini.Hooks[0].Chain[0].Path != "/bin/bash" {
-		t.Errorf("without a declared bash, gemini's shell is /bin/bash: %+v", gemini.Hooks[0].Chain)
+	if gemini.Hooks[0].Chain[0].Path != bash {
+		t.Errorf("without a declared bash, gemini's shell is the host's %s: %+v", bash, gemini.Hooks[0].Chain)
 	}
 }
 

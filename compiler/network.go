@@ -363,7 +363,14 @@ func (p *Parsed) validateNetwork(diags *diagnostics, def *engineDef) {
 
 func (p *Parsed) modelAPIDestinations(diags *diagnostics, def *engineDef, field string) []render.Destination {
 	var hosts []string
-	if def.modelAPI != nil {
+	if base := p.Spawn.Spec.Engine.BaseURL; base != "" && def.baseURL != nil {
+		// The engine is pointed elsewhere: that is its model API.
+		d, loopback, err := urlDestination(base)
+		if err != nil || loopback {
+			return nil // refused at spec.engine.baseURL, or reached directly
+		}
+		hosts = []string{d.Address()}
+	} else if def.modelAPI != nil {
 		hosts = def.modelAPI(&p.Spawn.Spec)
 	}
 	if len(hosts) == 0 {
@@ -395,6 +402,14 @@ func (p *Parsed) checkBaseURLs(diags *diagnostics, def *engineDef, egress *rende
 		return
 	}
 	s := &p.Spawn.Spec
+	if base := s.Engine.BaseURL; base != "" && def.baseURL != nil {
+		if d, loopback, err := urlDestination(base); err == nil && !loopback {
+			if _, ok := egress.Allowed(d.Host, d.Port); !ok {
+				p.errf(diags, "spec.engine.baseURL", fmt.Sprintf("add model-api or %q to spec.network.allow", d.Address()),
+					"engine.baseURL sends the engine's model traffic to %s, which the allowlist does not allow", d.Address())
+			}
+		}
+	}
 	for _, name := range def.baseURLEnv {
 		if i := slices.Index(s.Env.Allow, name); i >= 0 {
 			p.errf(diags, fmt.Sprintf("spec.env.allow[%d]", i), "give its value in env.set, so the compiler can check it against spec.network.allow",

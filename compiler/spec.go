@@ -75,12 +75,13 @@ type SpawnSpec struct {
 }
 
 type Engine struct {
-	Kind   string       `json:"kind" doc:"Which program this spawn runs." enum:"claude,codex,gemini,pi,exec,scripted"`
-	Path   string       `json:"path" doc:"Host path of the engine's entry binary; relative to the spec file."`
-	Model  string       `json:"model,omitempty"`
-	Effort string       `json:"effort,omitempty" doc:"Reasoning effort, case-insensitive: none, minimal, low, medium, high, xhigh, max or ultra; clamped per engine and model."`
-	Args   []string     `json:"args,omitempty" doc:"Extra arguments appended after the generated flags (claude, codex, gemini, pi) or the whole argv after the binary (exec)."`
-	Script []ScriptStep `json:"script,omitempty" doc:"Steps of the scripted engine (kind scripted only)."`
+	Kind    string       `json:"kind" doc:"Which program this spawn runs." enum:"claude,codex,gemini,pi,exec,scripted"`
+	Path    string       `json:"path" doc:"Host path of the engine's entry binary; relative to the spec file."`
+	Model   string       `json:"model,omitempty"`
+	Effort  string       `json:"effort,omitempty" doc:"Reasoning effort, case-insensitive: none, minimal, low, medium, high, xhigh, max or ultra; clamped per engine and model."`
+	BaseURL string       `json:"baseURL,omitempty" doc:"Where the engine sends its model requests instead of its provider's API, in the form its own setting takes: claude ANTHROPIC_BASE_URL (http://HOST:PORT, no /v1), codex a Responses API provider base_url (with /v1; the key is OPENAI_API_KEY), gemini GOOGLE_GEMINI_BASE_URL (no /v1beta; the key is GEMINI_API_KEY), pi the baseUrl of the model's provider in models.json. Under an allowlist, model-api then means this host."`
+	Args    []string     `json:"args,omitempty" doc:"Extra arguments appended after the generated flags (claude, codex, gemini, pi) or the whole argv after the binary (exec)."`
+	Script  []ScriptStep `json:"script,omitempty" doc:"Steps of the scripted engine (kind scripted only)."`
 }
 
 // MCPServer is a stdio server (command) or a remote one (url). env and

@@ -181,7 +181,7 @@ func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) er
 // mayExec: the render plans an exec of p.
 func mayExec(r *render.Render, p render.Program) bool {
 	for _, role := range p.Roles {
-		if role == render.RoleEngine || role == render.RoleHook || role == render.RoleShell {
+		if role == render.RoleEngine || role == render.RoleHook || role == render.RoleShell || role == render.RoleInterpreter {
 			return true
 		}
 	}

@@ -68,6 +68,11 @@ func TestProcessEnvIsExactlyTheRender(t *testing.T) {
 	r := sampleRender(t)
 	s := withOnly(t, WithProcess(r, map[string]string{"API_KEY": "k", "LANG": "C.UTF-8"}))
 	want := []string{"API_KEY=k", "HOME=/run/hookbox/home", "LANG=C.UTF-8", "MODE=ci", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	for _, e := range r.Process.Env {
+		if e.Name == "SHELL" { // Claude Code's profile: bash where this host has it
+			want = append(want, "SHELL="+e.Value)
+		}
+	}
 	if !slices.Equal(s.Process.Env, want) {
 		t.Errorf("env %q, want %q", s.Process.Env, want)
 	}

@@ -108,7 +108,16 @@ type Engine struct {
 	// SelfExecArgv0 lists argv[0] values under which the engine may re-exec
 	// its own binary (Claude Code runs itself as "rg").
 	SelfExecArgv0 []string `json:"self_exec_argv0,omitempty"`
-	Model         string   `json:"model,omitempty"`
+	// Version is the engine's version as its package states it ("" when
+	// hookbox could not read one); Profile the version of the engine
+	// profile the compiler applied: equal to Version, or the nearest one
+	// hookbox knows (a note then says so).
+	Version string `json:"version,omitempty"`
+	Profile string `json:"profile,omitempty"`
+	// Execs are the engine's own execs beyond its argv, from its profile:
+	// helper processes and shells it starts, each with the argv it may have.
+	Execs []EngineExec `json:"execs,omitempty"`
+	Model string       `json:"model,omitempty"`
 	// Effort is the effort after clamping; RequestedEffort what the spec said.
 	Effort          string `json:"effort,omitempty"`
 	RequestedEffort string `json:"requested_effort,omitempty"`
@@ -125,6 +134,28 @@ type Exec struct {
 	// matches any single argv element.
 	Slots []int `json:"slots,omitempty"`
 }
+
+// EngineExec is one exec an engine makes by itself: a self re-exec, an
+// internal helper, the shell it runs its tool commands with. Argv is a
+// pattern: each element exact, except slot indices (any single element);
+// with Rest, any further elements may follow.
+type EngineExec struct {
+	Name  string   `json:"name"`
+	Path  string   `json:"path"` // the filename the tracer sees
+	Argv  []string `json:"argv"`
+	Slots []int    `json:"slots,omitempty"`
+	Rest  bool     `json:"rest,omitempty"`
+	// Binary is whose identity the exec must have: BinaryEngine (the
+	// engine's own program, whatever the filename, e.g. /proc/self/exe) or
+	// BinaryPath (the runfile at Path).
+	Binary string `json:"binary"`
+}
+
+// EngineExec binaries.
+const (
+	BinaryEngine = "engine"
+	BinaryPath   = "path"
+)
 
 // Process is the container's init process (Argv: hookbox-init, then the
 // engine's argv).
@@ -158,7 +189,14 @@ const (
 	RoleEngine = "engine"
 	RoleHook   = "hook"
 	RoleTool   = "tool"
-	RoleShell  = "shell" // a shell an engine insists on for hooks
+	RoleShell  = "shell" // a shell an engine runs hooks or tool commands with
+	// RolePackage: a directory that is a package tree (a Node package: a
+	// directory with package.json); its runfiles are the tree plus the
+	// trees of its dependencies as Node resolves them.
+	RolePackage = "package"
+	// RoleInterpreter: a "#!" interpreter, or the program an env "#!"
+	// line finds on PATH.
+	RoleInterpreter = "interpreter"
 )
 
 // Program is a host program that may run in the container. It appears in
@@ -167,6 +205,18 @@ type Program struct {
 	Path     string   `json:"path"`
 	HostPath string   `json:"host_path"`
 	Roles    []string `json:"roles"`
+	// Shebang is set when the program is a "#!" script.
+	Shebang *Shebang `json:"shebang,omitempty"`
+}
+
+// Shebang is how the kernel runs a "#!" script: it execs Interpreter (with
+// Arg, when the line has one) on the script. With an env interpreter
+// (#!/usr/bin/env node), env then execs Hop, the program it finds on the
+// container's PATH, in the same process: argv [Arg, script, args...].
+type Shebang struct {
+	Interpreter string `json:"interpreter"`
+	Arg         string `json:"arg,omitempty"`
+	Hop         string `json:"hop,omitempty"`
 }
 
 // File is a file hookbox generates for the run (engine settings, hook

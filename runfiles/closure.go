@@ -491,29 +491,13 @@ func (c *closer) addInterpreter(script, interp, arg string, depth int) error {
 	return nil
 }
 
-// lookPath finds name the way env's execvp does: the first directory of
-// the PATH holding an executable regular file of that name.
+// lookPath finds name on the container's PATH (LookPath).
 func (c *closer) lookPath(name string) (string, error) {
-	if strings.Contains(name, "/") {
-		if filepath.IsAbs(name) {
-			return filepath.Clean(name), nil
-		}
-		return "", fmt.Errorf("%w: env command %q is a relative path", ErrUnsupported, name)
-	}
 	path := c.opts.Path
 	if path == "" {
 		path = DefaultPath
 	}
-	for _, dir := range filepath.SplitList(path) {
-		if !filepath.IsAbs(dir) {
-			continue // the container's working directory is not the host's
-		}
-		cand := filepath.Join(dir, name)
-		if fi, err := os.Stat(cand); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-			return cand, nil
-		}
-	}
-	return "", fmt.Errorf("env command %q is not on PATH %s: %w", name, path, fs.ErrNotExist)
+	return LookPath(name, path)
 }
 
 func (c *closer) readELFCached(real string, f *os.File) (*elfInfo, error) {

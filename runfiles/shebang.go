@@ -3,6 +3,10 @@ package runfiles
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -123,4 +127,60 @@ func envCommand(arg string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%w: \"#!\" env %q names no command", ErrUnsupported, arg)
+}
+
+// LookPath finds name the way env's execvp does: the first directory of
+// path (a PATH value) holding an executable regular file of that name.
+// Programs appear in the container at their host paths, so this is also
+// where a PATH search inside the container finds name once the result is
+// a runfile. A name with a slash is taken as is (absolute only).
+func LookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		if filepath.IsAbs(name) {
+			return filepath.Clean(name), nil
+		}
+		return "", fmt.Errorf("%w: command %q is a relative path", ErrUnsupported, name)
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue // the container's working directory is not the host's
+		}
+		cand := filepath.Join(dir, name)
+		if fi, err := os.Stat(cand); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return cand, nil
+		}
+	}
+	return "", fmt.Errorf("%q is not on PATH %s: %w", name, path, fs.ErrNotExist)
+}
+
+// ScriptInfo is what a "#!" line says: the interpreter, its optional
+// argument, and for an env interpreter the command env runs (EnvCommand).
+type ScriptInfo struct {
+	Interpreter string
+	Arg         string
+	EnvCommand  string
+}
+
+// ReadShebang reads the "#!" line of the file at path the way the kernel
+// does. ok is false for a file that is not a script (or cannot be read:
+// the closure reports that later, with context).
+func ReadShebang(path string) (info ScriptInfo, ok bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return ScriptInfo{}, false, nil
+	}
+	defer f.Close()
+	head := make([]byte, shebangBufSize)
+	n, _ := io.ReadFull(f, head)
+	interp, arg, isScript, err := parseShebang(head[:n])
+	if !isScript || err != nil {
+		return ScriptInfo{}, isScript, err
+	}
+	info = ScriptInfo{Interpreter: interp, Arg: arg}
+	if filepath.Base(interp) == "env" {
+		if info.EnvCommand, err = envCommand(arg); err != nil {
+			return info, true, err
+		}
+	}
+	return info, true, nil
 }

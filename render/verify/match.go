@@ -27,6 +27,8 @@ type execMatcher struct {
 	path string
 	argv []string
 	slot []bool
+	// rest: elements after argv are free (an engine exec rule's Rest).
+	rest bool
 	// cmd is the index of a shell command string that quotes cmdArgv, the
 	// next chain element, whose slots are filled at launch; -1 when none.
 	cmd     int
@@ -164,7 +166,7 @@ func (m *execMatcher) compareArgv(got []string, skip0, truncated bool) []Diff {
 			diffs = append(diffs, Diff{Rule: m.rule, Field: FieldArgv, Index: i, Want: m.argv[i], Got: got[i]})
 		}
 	}
-	if len(got) == len(m.argv) || truncated && len(got) < len(m.argv) {
+	if len(got) == len(m.argv) || truncated && len(got) < len(m.argv) || m.rest && len(got) > len(m.argv) {
 		return diffs
 	}
 	gotLen := strconv.Itoa(len(got))

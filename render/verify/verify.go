@@ -185,6 +185,9 @@ const (
 	ReasonAllowedBinaryDiffers = "allowed-binary-differs"
 	ReasonUnexpectedExec       = "unexpected-exec"
 	ReasonFailedExec           = "failed-exec"
+	ReasonEngineExecDiffers    = "engine-exec-binary-differs"
+	ReasonHopDiffers           = "interpreter-hop-differs"
+	ReasonHopMissing           = "interpreter-hop-missing"
 	ReasonKilledExec           = "killed-exec"
 )
 
@@ -366,6 +369,20 @@ type hookRule struct {
 	maybe       bool // a truncated event might have been part of it
 }
 
+// engineExecRule is one of the engine's own execs (render.EngineExec).
+type engineExecRule struct {
+	matcher *execMatcher
+	binary  string
+}
+
+// pendingHop is the exec an env interpreter must make next in its process:
+// the program it found on PATH, with the script's argv minus env's own.
+type pendingHop struct {
+	script string
+	after  int // position of the script's exec
+	want   *execMatcher
+}
+
 type judge struct {
 	r      *render.Render
 	ids    FileIdentities
@@ -377,8 +394,13 @@ type judge struct {
 	selfExec  map[string]bool
 	hookPaths map[string]bool
 
-	init     *execMatcher // nil for a render without an init
-	engine   *execMatcher
+	init        *execMatcher // nil for a render without an init
+	engine      *execMatcher
+	engineExecs []engineExecRule
+	scripts     map[string]*render.Shebang // programs that are "#!" scripts, by container path
+	// hops are the env interpreter hops still expected, by pid: the next
+	// exec of that process must be this one.
+	hops map[int]pendingHop
 	hooks    []*hookRule
 	initAt   int    // position of the init event in events, -1 if none
 	engineAt int    // position of the engine event in events, -1 if none
@@ -403,6 +425,8 @@ func newJudge(r *render.Render, events []Event, ids FileIdentities) *judge {
 		allowIDs:       map[FileID]string{},
 		selfExec:       map[string]bool{},
 		hookPaths:      map[string]bool{},
+		scripts:        map[string]*render.Shebang{},
+		hops:           map[int]pendingHop{},
 		initAt:         -1,
 		engineAt:       -1,
 		parent:         map[int]int{},
@@ -420,6 +444,14 @@ func newJudge(r *render.Render, events []Event, ids FileIdentities) *judge {
 
 	for _, p := range r.Programs {
 		j.programs[p.Path] = true
+		if p.Shebang != nil {
+			j.scripts[p.Path] = p.Shebang
+		}
+	}
+	for _, x := range r.Engine.Execs {
+		m := newExecMatcher("engine-exec:"+x.Name, render.Exec{Path: x.Path, Argv: x.Argv, Slots: x.Slots}, nil)
+		m.rest = x.Rest
+		j.engineExecs = append(j.engineExecs, engineExecRule{matcher: m, binary: x.Binary})
 	}
 	for _, name := range r.Engine.SelfExecArgv0 {
 		j.selfExec[name] = true
@@ -641,6 +673,9 @@ func (j *judge) judgeEngine() {
 		j.contradictAll(reasonsFor(res.diffs, ReasonEngineArgvDiffers, ReasonEngineBinaryDiffers)...)
 		j.addDiffs(res.diffs, e.PID)
 	}
+	if res.outcome != matchNo {
+		j.expectHop(j.engineAt, e)
+	}
 	// The engine's exe as it ran: for a script engine, its interpreter,
 	// which is what a self-exec through /proc/self/exe runs again.
 	if res.outcome != matchNo && e.id().known() {
@@ -668,6 +703,46 @@ func (j *judge) judgeEvents() {
 		}
 		j.parent[e.PID] = e.PPID
 	}
+	for _, h := range j.hops {
+		// The interpreter never ran the script's program: with complete
+		// evidence that is what happened; otherwise the hop may be lost.
+		if j.complete {
+			j.contradict(ReasonHopMissing)
+			j.diff(Diff{Rule: "hop:" + h.script, Field: FieldExec, Index: -1, Want: h.want.path, Got: "no exec"})
+		}
+	}
+}
+
+// expectHop records, for an accepted exec of an env "#!" script (filename
+// the script, argv [env, NAME, script, args...]), that its process must
+// exec the program env finds next: render.Shebang.Hop with argv
+// [NAME, script, args...], exactly (env runs execvp(argv[1], argv+1)).
+func (j *judge) expectHop(pos int, e *timedEvent) {
+	sc := j.scripts[e.Filename]
+	if sc == nil || sc.Hop == "" || len(e.Argv) < 2 || e.Argv[0] != sc.Interpreter {
+		return
+	}
+	want := newExecMatcher("hop:"+e.Filename, render.Exec{Path: sc.Hop, Argv: e.Argv[1:]}, nil)
+	j.hops[e.PID] = pendingHop{script: e.Filename, after: pos, want: want}
+}
+
+// judgeHop judges the exec that must be an env interpreter's hop: the
+// program on PATH, the argv env was given, the identity of that runfile.
+func (j *judge) judgeHop(h pendingHop, e *timedEvent) {
+	delete(j.hops, e.PID)
+	res := h.want.match(&e.Event, j.ids, nil)
+	if !res.idKnown {
+		j.gap(ReasonExecIdentityUnknown)
+	}
+	switch res.outcome {
+	case matchYes:
+		j.match(h.want.rule, e)
+	case matchMaybe:
+		j.match("truncated-undecided", e)
+	case matchNo:
+		j.contradict(ReasonHopDiffers)
+		j.addDiffs(res.diffs, e.PID)
+	}
 }
 
 func (j *judge) judgeFailed(e *timedEvent) {
@@ -680,6 +755,12 @@ func (j *judge) judgeFailed(e *timedEvent) {
 }
 
 func (j *judge) judgeExec(pos int, e *timedEvent) {
+	// An env interpreter's hop is judged as exactly that.
+	if h, ok := j.hops[e.PID]; ok && h.after < pos {
+		j.judgeHop(h, e)
+		return
+	}
+
 	// 2. The engine re-executing itself under a declared name.
 	identityUnknown := false
 	if len(e.Argv) > 0 && j.selfExec[e.Argv[0]] {
@@ -717,7 +798,15 @@ func (j *judge) judgeExec(pos int, e *timedEvent) {
 		}
 	}
 	if hit {
+		j.expectHop(pos, e)
 		return
+	}
+
+	// 3b. The engine's own execs, from its profile.
+	if done, unknown := j.judgeEngineExec(pos, e); done {
+		return
+	} else if unknown {
+		identityUnknown = true
 	}
 
 	// 4. The allow list, by path and by identity.
@@ -725,6 +814,7 @@ func (j *judge) judgeExec(pos int, e *timedEvent) {
 		want := j.ids.lookup(e.Filename)
 		if !want.known() || !e.id().known() || want == e.id() {
 			j.match("allow:"+e.Filename, e)
+			j.expectHop(pos, e)
 			return
 		}
 		if p, ok := j.allowIDs[e.id()]; ok {
@@ -756,6 +846,42 @@ func (j *judge) judgeExec(pos int, e *timedEvent) {
 		j.contradict(ReasonUnexpectedExec)
 		j.diff(Diff{Rule: "unexpected", Field: FieldExec, Index: -1, Got: describe(&e.Event), EventPID: e.PID})
 	}
+}
+
+// judgeEngineExec tries the engine's own exec rules. done: a rule accepted
+// the exec or found it a contradiction. unknown: a rule's argv matched but
+// an identity was unknown, so the exec is undecided unless a later rule
+// accepts it.
+func (j *judge) judgeEngineExec(pos int, e *timedEvent) (done, unknown bool) {
+	for _, x := range j.engineExecs {
+		if e.Filename != x.matcher.path {
+			continue
+		}
+		wantID := j.ids.lookup(x.matcher.path)
+		if x.binary == render.BinaryEngine {
+			wantID = j.engineID
+		}
+		res := x.matcher.matchForm(&e.Event, 0, FileID{})
+		if res.outcome == matchNo {
+			continue
+		}
+		switch {
+		case !wantID.known() || !e.id().known():
+			unknown = true
+		case wantID != e.id():
+			j.contradict(ReasonEngineExecDiffers)
+			j.diff(Diff{Rule: x.matcher.rule, Field: FieldIdentity, Index: -1, Want: wantID.String(), Got: e.id().String(), EventPID: e.PID})
+			return true, false
+		case res.outcome == matchMaybe:
+			j.match("truncated-undecided", e)
+			return true, false
+		default:
+			j.match(x.matcher.rule, e)
+			j.expectHop(pos, e)
+			return true, false
+		}
+	}
+	return false, unknown
 }
 
 // reach records that the event at pos matched Chain[k] of h, and whether it
