@@ -191,8 +191,9 @@ const (
 	RoleTool   = "tool"
 	RoleShell  = "shell" // a shell an engine runs hooks or tool commands with
 	// RolePackage: a directory that is a package tree (a Node package: a
-	// directory with package.json); its runfiles are the tree plus the
-	// trees of its dependencies as Node resolves them.
+	// directory with package.json). Its runfiles are the tree plus the
+	// trees of its dependencies as Node resolves them
+	// (runfiles.NodeDependencies); nothing in it is run by this role.
 	RolePackage = "package"
 	// RoleInterpreter: a "#!" interpreter, or the program an env "#!"
 	// line finds on PATH.
@@ -322,14 +323,34 @@ func (r *Render) SortLists() {
 	}
 }
 
-// ProgramPaths are the host paths of every program, for the runfiles stage.
+// ProgramPaths are the host paths of every program except package trees,
+// for the runfiles stage, which takes each with its closure.
 func (r *Render) ProgramPaths() []string {
-	out := make([]string, len(r.Programs))
-	for i, p := range r.Programs {
-		out[i] = p.HostPath
+	var out []string
+	for _, p := range r.Programs {
+		if !p.IsPackage() {
+			out = append(out, p.HostPath)
+		}
 	}
 	return out
 }
+
+// PackagePaths are the host paths of the package trees (RolePackage), for
+// the runfiles stage, which adds the packages each depends on.
+func (r *Render) PackagePaths() []string {
+	var out []string
+	for _, p := range r.Programs {
+		if p.IsPackage() {
+			out = append(out, p.HostPath)
+		}
+	}
+	return out
+}
+
+// IsPackage: p is a package tree. Its other roles do not make it a plain
+// program: taking a package's directory whole would take every package
+// installed below it, needed or not.
+func (p Program) IsPackage() bool { return slices.Contains(p.Roles, RolePackage) }
 
 // ExtraMountPoints are the mount destinations that the base image (whose
 // mount points are given) does not have: the runfiles tree provides them.

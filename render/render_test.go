@@ -55,3 +55,17 @@ func TestTextView(t *testing.T) {
 		}
 	}
 }
+
+func TestProgramAndPackagePaths(t *testing.T) {
+	r := &Render{Programs: []Program{
+		{Path: "/usr/bin/node", HostPath: "/usr/bin/node", Roles: []string{RoleTool}},
+		{Path: "/opt/pkg", HostPath: "/opt/pkg", Roles: []string{RolePackage, RoleTool}},
+		{Path: "/x/cli.js", HostPath: "/host/cli.js", Roles: []string{RoleEngine}},
+	}}
+	if got := r.ProgramPaths(); strings.Join(got, " ") != "/usr/bin/node /host/cli.js" {
+		t.Errorf("ProgramPaths %q: a package tree is not a plain program", got)
+	}
+	if got := r.PackagePaths(); strings.Join(got, " ") != "/opt/pkg" {
+		t.Errorf("PackagePaths %q", got)
+	}
+}

@@ -191,11 +191,13 @@ feed:
 }
 
 // AssembleRender assembles the runfiles of every program of r at their
-// container paths, with the mount points the base image lacks (the image's
-// are given) and the placed files (tree path → host file: the init), and
-// records the manifest in r.Runfiles.
+// container paths (package trees with the packages they depend on,
+// Options.Packages), with the mount points the base image lacks (the
+// image's are given) and the placed files (tree path → host file: the
+// init), and records the manifest in r.Runfiles.
 func AssembleRender(ctx context.Context, s *Store, r *render.Render, imageMountPoints []string, placed map[string]string, progress func(Progress)) (*Result, error) {
 	res, err := Assemble(ctx, s, r.ProgramPaths(), Options{
+		Packages:       r.PackagePaths(),
 		Dirs:           r.ExtraMountPoints(imageMountPoints),
 		ContainerPaths: true,
 		Placed:         placed,

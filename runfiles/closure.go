@@ -21,6 +21,11 @@ var (
 	// ErrMissingLibrary: a shared library a program needs is nowhere the
 	// loader would look.
 	ErrMissingLibrary = errors.New("shared library not found")
+	// ErrMissingPackage: a Node package a package depends on is nowhere
+	// Node would look (NodeDependencies).
+	ErrMissingPackage = errors.New("package not found")
+	// ErrInvalidPackage: a package.json NodeDependencies cannot read.
+	ErrInvalidPackage = errors.New("invalid package.json")
 	// ErrEscapingSymlink: a symlink inside a declared directory resolves
 	// outside it.
 	ErrEscapingSymlink = errors.New("symlink escapes its directory")
@@ -54,6 +59,14 @@ type Options struct {
 	// the container's PATH, so that env finds the same program there.
 	// Empty means DefaultPath.
 	Path string
+	// Packages are directories of Node packages (render.RolePackage). Each
+	// is taken with the packages it depends on (NodeDependencies), every
+	// one as a directory tree without its top-level node_modules: the
+	// members of a node_modules that some package needs are among those
+	// listed, and the rest (devDependencies, packages hoisted there for
+	// other programs, .bin links) stay out. Deeper node_modules belong to
+	// the tree they are in.
+	Packages []string
 	// Dirs are extra directories the tree must hold (mount points such as
 	// /grants/docs), with their parents. Paths the closure already has keep
 	// their host entry; new ones get mode 0755.
@@ -148,6 +161,7 @@ type closer struct {
 	plan     *plan
 	elfInfos map[string]*elfInfo // by physical path: ELF objects read
 	programs map[string]bool     // physical paths whose content was analysed
+	packages map[string]bool     // physical paths of package trees taken
 	active   map[string]bool     // scripts whose interpreter chain is being followed
 	cache    *ldCache
 	cacheRd  bool
@@ -170,6 +184,7 @@ func newCloser(opts Options) *closer {
 		plan:     &plan{entries: make(map[string]render.Runfile), keys: make(map[string]statKey), sources: make(map[string]string)},
 		elfInfos: make(map[string]*elfInfo),
 		programs: make(map[string]bool),
+		packages: make(map[string]bool),
 		active:   make(map[string]bool),
 	}
 }
@@ -182,6 +197,13 @@ func (c *closer) run(programs []string) (*plan, error) {
 			return nil, fmt.Errorf("%w: program %q is not an absolute path", ErrUnsupported, p)
 		}
 		if err := c.addProgram(filepath.Clean(p), 0); err != nil {
+			return nil, err
+		}
+	}
+	sortedPkgs := slices.Clone(c.opts.Packages)
+	slices.Sort(sortedPkgs)
+	for _, pkg := range slices.Compact(sortedPkgs) {
+		if err := c.addPackage(pkg); err != nil {
 			return nil, err
 		}
 	}
@@ -372,7 +394,7 @@ func (c *closer) addProgram(p string, depth int) error {
 	case real == "/":
 		return fmt.Errorf("%w: program %s is the root directory", ErrUnsupported, p)
 	case fi.IsDir():
-		return c.addTree(real, fi)
+		return c.addTree(real, fi, "")
 	case fi.Mode().IsRegular():
 		return c.addExecutable(p, real, depth)
 	default:
@@ -707,9 +729,40 @@ func uniq(s []string) []string {
 	return out
 }
 
+// addPackage adds the Node package at pkg and the packages it needs, each
+// at the path it was found at and without its own node_modules
+// (Options.Packages).
+func (c *closer) addPackage(pkg string) error {
+	dirs, err := nodeDependencies(pkg)
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		real, fi, err := walkPath(d, c.visit)
+		if err != nil {
+			return fmt.Errorf("package %s: %w", d, err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%w: package %s is not a directory", ErrUnsupported, d)
+		}
+		if real == "/" {
+			return fmt.Errorf("%w: package %s is the root directory", ErrUnsupported, d)
+		}
+		if c.packages[real] {
+			continue // reached at another path too: its links are recorded, its tree is
+		}
+		c.packages[real] = true
+		if err := c.addTree(real, fi, filepath.Join(real, nodeModules)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // addTree adds the directory root (a physical path) and everything below
-// it. Symlinks must resolve inside root.
-func (c *closer) addTree(root string, fi fs.FileInfo) error {
+// it except the entry at skip (none when empty). Symlinks must resolve
+// inside root.
+func (c *closer) addTree(root string, fi fs.FileInfo, skip string) error {
 	if err := c.visit(root, fi, ""); err != nil {
 		return err
 	}
@@ -719,6 +772,12 @@ func (c *closer) addTree(root string, fi fs.FileInfo) error {
 			return fmt.Errorf("directory %s: %w", root, err)
 		}
 		if p == root {
+			return nil
+		}
+		if p == skip {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
 			return nil
 		}
 		if err := c.ctx.Err(); err != nil {

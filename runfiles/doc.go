@@ -34,6 +34,15 @@
 //   - a directory is taken whole; symlinks inside it are kept only when they
 //     resolve inside it (ErrEscapingSymlink otherwise). ELF files inside are
 //     chased for libraries only with Options.TreeELF.
+//   - Options.Packages: Node package directories, each with the packages it
+//     depends on as Node resolves them (NodeDependencies: "dependencies",
+//     "optionalDependencies", "peerDependencies", "bundleDependencies",
+//     looked up in node_modules from the package's directory up to "/").
+//     Each of these is a directory taken whole except its top-level
+//     node_modules, whose needed members are in the list themselves; the
+//     path it was found at is walked as any program's, so npm link and
+//     pnpm symlinks are recorded. ELF files inside (prebuilt .node addons)
+//     follow Options.TreeELF as in any directory.
 //   - Options.Dirs: extra directories (mount points), with missing parents.
 //
 // # Modes
