@@ -1,0 +1,275 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"hookbox.dev/hookbox/egress"
+	"hookbox.dev/hookbox/internal/testapi/anthropic"
+	"hookbox.dev/hookbox/internal/testapi/gemini"
+	"hookbox.dev/hookbox/internal/testapi/openai"
+	"hookbox.dev/hookbox/internal/testapi/pi"
+	"hookbox.dev/hookbox/internal/testenv"
+	"hookbox.dev/hookbox/internal/testnet"
+	"hookbox.dev/hookbox/launcher"
+)
+
+// The real-engine tests: each of the four real CLIs, as make real-engines
+// installs it, does the same small task in a hookbox container against a
+// scripted model API on a test host, reached through the egress allowlist
+// (model-api, pointed there by engine.baseURL): read the workspace's last
+// commit with git through its shell tool, then write an answer (Codex
+// edits the overlay workspace instead, and the answer comes out as
+// workspace.patch). The spec declares no program beyond the task's own
+// (git): the engine's shells, interpreters, helpers and package trees come
+// from its profile. Each run must complete, harvest its artifacts, fire
+// every hook, and be confirmed with the default trace policy.
+
+const commitSubject = "the subject the agent reads"
+
+// engineTask is one engine's spec fragment and what its run must show.
+type engineTask struct {
+	name       string
+	engine     string // the spec's engine mapping, one line each, indented by 4
+	hooks      string // the spec's hooks list, one line each, indented by 4
+	workspace  string
+	artifacts  []string
+	secret     string
+	env        string // more env.set entries: ", NAME: VALUE"...
+	wantRules  []string // verdict Matched rules the run must show
+	requestsAt func() int
+}
+
+// runEngineTask runs task and checks what every real-engine run must show.
+func runEngineTask(t *testing.T, e *env, task engineTask, apiAddr string) *launcher.Result {
+	t.Helper()
+	spec := fmt.Sprintf(`apiVersion: hookbox.dev/v1alpha1
+kind: Spawn
+metadata: {name: %s}
+spec:
+  engine:
+%s
+  prompt: Read the last commit's subject with git and write it to answer.md.
+  workspace: %s
+  tools: [/usr/bin/git]
+  hooks:
+%s
+  env:
+    set: {GIT_CONFIG_COUNT: "1", GIT_CONFIG_KEY_0: safe.directory, GIT_CONFIG_VALUE_0: "*"%s}
+  secrets: [%s]
+  network:
+    allow: [model-api]
+  limits: {timeout: 2m, memory: 2Gi}
+  artifacts: [%s]
+`, task.name, task.engine, task.workspace, task.hooks, task.env, task.secret, strings.Join(task.artifacts, ", "))
+	file := filepath.Join(e.specDir, task.name+".yaml")
+	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.extraEnv = append(e.extraEnv, task.secret+"=test-key")
+	r := e.run(file)
+	res := r.mustResult(t)
+	if res.Status != launcher.StatusCompleted || r.code != 0 {
+		t.Fatalf("status %s exit %d (%v)\n%s", res.Status, r.code, res.Reasons, tail(r.stderr+readRecordFile(res, "stderr.log"), 3000))
+	}
+	for _, a := range res.Artifacts {
+		if a.Status != "found" {
+			t.Errorf("artifact %s: %s", a.Declared, a.Status)
+		}
+	}
+	if res.Trace.Status != "confirmed" {
+		t.Errorf("verdict %s %v\ndiffs %+v", res.Trace.Status, res.Trace.Reasons, res.Trace.Diffs)
+	}
+	var rules []string
+	for _, m := range res.Trace.Matched {
+		rules = append(rules, m.Rule)
+	}
+	for _, want := range task.wantRules {
+		if !slices.Contains(rules, want) {
+			t.Errorf("no exec matched rule %s; matched: %v", want, rules)
+		}
+	}
+	attempts := readNetwork(t, res)
+	if len(attempts) == 0 {
+		t.Errorf("network.jsonl is empty: the engine never reached its API")
+	}
+	for _, a := range attempts {
+		if a.Decision != egress.DecisionAllowed || fmt.Sprintf("%s:%d", a.Host, a.Port) != apiAddr {
+			t.Errorf("unexpected network attempt %+v", a)
+		}
+	}
+	if task.requestsAt != nil && len(attempts) > task.requestsAt() {
+		t.Errorf("network.jsonl has %d attempts, the API saw %d requests", len(attempts), task.requestsAt())
+	}
+	return res
+}
+
+func readRecordFile(res *launcher.Result, name string) string {
+	b, _ := os.ReadFile(filepath.Join(res.RecordDir, name))
+	return string(b)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+func artifactText(t *testing.T, res *launcher.Result, name string) string {
+	t.Helper()
+	for _, a := range res.Artifacts {
+		if a.Declared == name && a.Status == "found" {
+			b, err := os.ReadFile(filepath.Join(res.RecordDir, launcher.ArtifactDir, a.Path))
+			if err != nil {
+				t.Fatalf("artifact %s: %v", name, err)
+			}
+			return string(b)
+		}
+	}
+	t.Fatalf("artifact %s not harvested: %+v", name, res.Artifacts)
+	return ""
+}
+
+func TestRealEngineClaude(t *testing.T) {
+	testenv.RequireIntegration(t, anthropic.ClaudeInstalled)
+	e := newEnv(t)
+	gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
+	h := testnet.NewHost(t)
+	api, base := anthropic.Start(t, h.Listen(t, apiPort), anthropic.Script{
+		{ToolUse: &anthropic.ToolUse{Name: "Bash", Input: map[string]string{"command": "git -C /workspace log -1 --format=%s", "description": "read the last commit"}}},
+		{Text: "Writing it down.", ToolUse: &anthropic.ToolUse{Name: "Write", Input: map[string]string{"file_path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
+		{Text: "Done."},
+	})
+	var env strings.Builder
+	for _, kv := range anthropic.QuietEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		fmt.Fprintf(&env, ", %s: %q", k, v)
+	}
+	task := engineTask{
+		name: "real-claude",
+		engine: fmt.Sprintf("    kind: claude\n    path: %s\n    baseURL: %s\n    args: [--allowedTools, \"Bash,Write\", --max-turns, \"6\"]",
+			anthropic.ClaudeEngine, base),
+		hooks:      "    - {name: pre-bash, event: PreToolUse, matcher: Bash, argv: [/usr/bin/touch, /run/hookbox/out/pre-bash], required: true}\n    - {name: stop, event: Stop, argv: [/usr/bin/touch, /run/hookbox/out/stop], required: true}",
+		workspace:  "./ws",
+		artifacts:  []string{"answer.md", "pre-bash", "stop"},
+		secret:     "ANTHROPIC_API_KEY",
+		env:        env.String(),
+		wantRules:  []string{"init", "engine", "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:pre-bash", "hook:stop"},
+		requestsAt: func() int { return len(api.Requests()) },
+	}
+	res := runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
+	if got := artifactText(t, res, "answer.md"); got != "# Last commit\n" {
+		t.Errorf("answer.md %q", got)
+	}
+	if reqs := api.ModelRequests(); len(reqs) < 3 {
+		t.Errorf("%d model requests, want the 3 scripted turns", len(reqs))
+	} else if got, ok := reqs[1].ToolResult(anthropic.ToolUseID(0)); !ok || !strings.Contains(got.Content.Text(), commitSubject) {
+		t.Errorf("git's output did not reach the model: %+v %v", got, ok)
+	}
+}
+
+func TestRealEngineCodex(t *testing.T) {
+	testenv.RequireIntegration(t, openai.CodexInstalled)
+	e := newEnv(t)
+	gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
+	h := testnet.NewHost(t)
+	api, base := openai.Start(t, h.Listen(t, apiPort), openai.Script{
+		{Call: &openai.Call{Name: "exec_command", Arguments: map[string]any{"cmd": "git log -1 --format=%s", "tty": false}}},
+		{Text: "Writing it down.", Custom: &openai.CustomCall{Name: "apply_patch", Input: "*** Begin Patch\n*** Add File: answer.md\n+# Last commit\n*** End Patch\n"}},
+		{Text: "Done."},
+	})
+	var args []string
+	for _, a := range append([]string{"--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-m", openai.CodexModel}, openai.QuietArgs...) {
+		args = append(args, fmt.Sprintf("%q", a))
+	}
+	task := engineTask{
+		name: "real-codex",
+		engine: fmt.Sprintf("    kind: codex\n    path: %s\n    baseURL: %s/v1\n    args: [%s]",
+			openai.CodexEngine, base, strings.Join(args, ", ")),
+		hooks:      "    - {name: pre-tool, event: PreToolUse, argv: [/usr/bin/touch, /run/hookbox/out/pre-tool], required: true}\n    - {name: stop, event: Stop, argv: [/usr/bin/touch, /run/hookbox/out/stop], required: true}",
+		workspace:  "{path: ./ws, mode: overlay}",
+		artifacts:  []string{"workspace.patch", "pre-tool", "stop"},
+		secret:     "OPENAI_API_KEY",
+		wantRules:  []string{"init", "engine", "engine-exec:process-setup", "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:pre-tool", "hook:stop"},
+		requestsAt: func() int { return len(api.Requests()) },
+	}
+	res := runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
+	if patch := artifactText(t, res, "workspace.patch"); !strings.Contains(patch, "+++ b/answer.md") || !strings.Contains(patch, "+# Last commit") {
+		t.Errorf("workspace.patch does not add answer.md:\n%s", patch)
+	}
+	if reqs := api.ModelRequests(); len(reqs) < 3 {
+		t.Errorf("%d model requests, want the 3 scripted turns", len(reqs))
+	} else if got, ok := reqs[1].CallOutput(openai.CallID(0)); !ok || !strings.Contains(got, commitSubject) {
+		t.Errorf("git's output did not reach the model: %q %v", got, ok)
+	}
+}
+
+func TestRealEngineGemini(t *testing.T) {
+	testenv.RequireIntegration(t, gemini.GeminiInstalled)
+	e := newEnv(t)
+	gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
+	h := testnet.NewHost(t)
+	api, base := gemini.Start(t, h.Listen(t, apiPort), gemini.Script{
+		{Call: &gemini.Call{Name: "run_shell_command", Args: map[string]string{"command": "git log -1 --format=%s"}}},
+		{Text: "Writing it down.", Call: &gemini.Call{Name: "write_file", Args: map[string]string{"file_path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
+		{Text: "Done."},
+	})
+	task := engineTask{
+		name: "real-gemini",
+		engine: fmt.Sprintf("    kind: gemini\n    path: %s\n    model: %s\n    baseURL: %s\n    args: [--approval-mode, yolo]",
+			gemini.GeminiEngine, gemini.GeminiModel, base),
+		hooks:      "    - {name: before-shell, event: BeforeTool, matcher: run_shell_command, argv: [/usr/bin/touch, /run/hookbox/out/before-shell], required: true}\n    - {name: after-agent, event: AfterAgent, argv: [/usr/bin/touch, /run/hookbox/out/after-agent], required: true}",
+		workspace:  "./ws",
+		artifacts:  []string{"answer.md", "before-shell", "after-agent"},
+		secret:     "GEMINI_API_KEY",
+		wantRules:  []string{"init", "engine", "hop:" + gemini.GeminiEngine, "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:before-shell", "hook:after-agent"},
+		requestsAt: func() int { return len(api.Requests()) },
+	}
+	res := runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
+	if got := artifactText(t, res, "answer.md"); got != "# Last commit\n" {
+		t.Errorf("answer.md %q", got)
+	}
+	if reqs := api.ModelRequests(); len(reqs) < 3 {
+		t.Errorf("%d model requests, want the 3 scripted turns", len(reqs))
+	} else if got, ok := reqs[1].FunctionResponse(gemini.CallID(0)); !ok || !strings.Contains(string(got.Response), commitSubject) {
+		t.Errorf("git's output did not reach the model: %+v %v", got, ok)
+	}
+}
+
+func TestRealEnginePi(t *testing.T) {
+	testenv.RequireIntegration(t, pi.PiInstalled)
+	e := newEnv(t)
+	gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
+	h := testnet.NewHost(t)
+	api, base := anthropic.Start(t, h.Listen(t, apiPort), anthropic.Script{
+		{ToolUse: &anthropic.ToolUse{Name: "bash", Input: map[string]string{"command": "git -C /workspace log -1 --format=%s"}}},
+		{Text: "Writing it down.", ToolUse: &anthropic.ToolUse{Name: "write", Input: map[string]string{"path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
+		{Text: "Done."},
+	})
+	task := engineTask{
+		name: "real-pi",
+		engine: fmt.Sprintf("    kind: pi\n    path: %s\n    model: %s\n    baseURL: %s\n    args: [--no-session]",
+			pi.PiEngine, pi.PiModel, base),
+		hooks:      "    []",
+		workspace:  "./ws",
+		artifacts:  []string{"answer.md"},
+		secret:     "ANTHROPIC_API_KEY",
+		env:        ", " + strings.Replace(pi.QuietEnv[0], "=", ": ", 1),
+		wantRules:  []string{"init", "engine", "hop:" + pi.PiEngine, "engine-exec:tool-shell", "allow:/usr/bin/git"},
+		requestsAt: func() int { return len(api.Requests()) },
+	}
+	res := runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
+	if got := artifactText(t, res, "answer.md"); got != "# Last commit\n" {
+		t.Errorf("answer.md %q", got)
+	}
+	if reqs := api.ModelRequests(); len(reqs) < 3 {
+		t.Errorf("%d model requests, want the 3 scripted turns", len(reqs))
+	} else if got, ok := reqs[1].ToolResult(anthropic.ToolUseID(0)); !ok || !strings.Contains(got.Content.Text(), commitSubject) {
+		t.Errorf("git's output did not reach the model: %+v %v", got, ok)
+	}
+}
