@@ -24,8 +24,13 @@ type Attempt struct {
 	// it; "" for an allowed attempt that completed.
 	Reason string `json:"reason"`
 	Rule   string `json:"rule"` // the rule that allowed the destination (Rule.String), "" if none
-	// Bytes moved: for a tunnel every byte after the CONNECT head (the
-	// ClientHello included); for a forwarded request the body bytes.
+	// Tunnel is what a CONNECT's tunnel carried, known from its first
+	// message: TunnelTLS or TunnelHTTP. It is absent for a forwarded
+	// request, and for a CONNECT refused before its first message was
+	// recognized as either.
+	Tunnel string `json:"tunnel,omitempty"`
+	// Bytes moved: for a tunnel every byte after the CONNECT head (its
+	// first message included); for a forwarded request the body bytes.
 	BytesUp    int64 `json:"bytes_up"`
 	BytesDown  int64 `json:"bytes_down"`
 	DurationMS int64 `json:"duration_ms"`
@@ -53,10 +58,11 @@ const (
 	ReasonOriginFormRequest   = "origin-form-request"    // 400: a request without an absolute URL (not a proxy request)
 	ReasonUnsupportedScheme   = "unsupported-scheme"     // 400: absolute URL other than http:// (use CONNECT for TLS)
 	ReasonTooManyConnections  = "too-many-connections"   // 503: beyond MaxConns
-	ReasonNotTLS              = "not-tls"                // after 200: the tunnel's first bytes are not a TLS ClientHello
-	ReasonNoClientHello       = "no-client-hello"        // after 200: the client closed or stalled before a whole ClientHello
+	ReasonNotTLS              = "not-tls"                // after 200, 403: the tunnel's first bytes are neither a TLS ClientHello nor an HTTP/1.x request
+	ReasonNoClientHello       = "no-client-hello"        // after 200: the client closed or stalled before a whole ClientHello (or any byte)
 	ReasonNoSNI               = "no-sni"                 // after 200: a ClientHello without server name, for a name
 	ReasonSNIMismatch         = "sni-mismatch"           // after 200: server name is not the CONNECT host
+	ReasonHostMismatch        = "host-mismatch"          // after 200, 403: a cleartext request's Host or target is not the CONNECT host
 	ReasonUpstreamFailed      = "upstream-failed"        // allowed, 502: the destination broke the forwarded request
 )
 

@@ -9,14 +9,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// connect serves a CONNECT: judge, dial, 200, then the ClientHello check,
-// then the tunnel. It always ends the client connection.
+// connect serves a CONNECT: judge, dial, 200, then the check of the
+// tunnel's first message (checkTunnelStart), then the tunnel. It always ends the client connection.
 func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request, hosts []string, a *Attempt) {
 	refuse := func(r *refusal) {
 		c.SetWriteDeadline(time.Now().Add(p.opts.HeaderTimeout))
@@ -56,19 +57,17 @@ func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request, hosts [
 		p.record(a, &refusal{0, ReasonNoClientHello, "the client went away before the 200"})
 		return
 	}
-	hello, r := readClientHello(c, br, p.opts.HeaderTimeout)
-	if r == nil {
-		r = checkSNI(hello.serverName, d)
-	}
+	kind, pending, r := checkTunnelStart(c, br, p.opts.HeaderTimeout, d)
+	a.Tunnel = kind
 	if r != nil {
-		switch r.reason {
-		case ReasonNotTLS:
-			// A client speaking plain HTTP into the tunnel can show this.
-			c.SetWriteDeadline(time.Now().Add(p.opts.HeaderTimeout))
-			writeRefusal(c, r)
-		case ReasonNoSNI, ReasonSNIMismatch:
-			c.SetWriteDeadline(time.Now().Add(p.opts.HeaderTimeout))
+		c.SetWriteDeadline(time.Now().Add(p.opts.HeaderTimeout))
+		switch {
+		case kind == TunnelTLS:
 			c.Write(accessDeniedAlert)
+		case r.status != 0:
+			// A client speaking HTTP, or plain bytes, into the tunnel can
+			// read this.
+			writeRefusal(c, r)
 		}
 		p.record(a, r)
 		return
@@ -76,13 +75,8 @@ func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request, hosts [
 
 	// Nothing went upstream yet: replay what the check read, then tunnel.
 	up.SetWriteDeadline(time.Now().Add(p.opts.HeaderTimeout))
-	pending := hello.raw
-	if n := br.Buffered(); n > 0 {
-		rest, _ := br.Peek(n)
-		pending = append(pending, rest...)
-	}
 	if _, err := up.Write(pending); err != nil {
-		p.record(a, &refusal{0, ReasonUpstreamFailed, fmt.Sprintf("sending the ClientHello upstream: %v", err)})
+		p.record(a, &refusal{0, ReasonUpstreamFailed, fmt.Sprintf("sending the tunnel's first message upstream: %v", err)})
 		return
 	}
 	up.SetWriteDeadline(time.Time{})
@@ -112,6 +106,140 @@ func checkHostHeader(values []string, host string, port, defaultPort int) *refus
 			fmt.Sprintf("Host %q does not name the requested %s", truncate(values[0]), net.JoinHostPort(host, fmt.Sprint(port)))}
 	}
 	return nil
+}
+
+// What a tunnel carries (Attempt.Tunnel), known from its first message.
+const (
+	TunnelTLS  = "tls"  // a TLS ClientHello
+	TunnelHTTP = "http" // a cleartext HTTP/1.x request head
+)
+
+// checkTunnelStart reads a tunnel's first message, all of it within
+// timeout, and judges it against d, the CONNECT's destination: a TLS
+// ClientHello (checkSNI) or, when the first byte can start an HTTP method,
+// an HTTP/1.x request head (checkTunnelHost). It returns what the tunnel
+// carries ("" while that is unknown) and, when allowed, every byte read
+// from the client, which goes upstream first and unchanged.
+func checkTunnelStart(c net.Conn, br *bufio.Reader, timeout time.Duration, d destination) (string, []byte, *refusal) {
+	c.SetReadDeadline(time.Now().Add(timeout))
+	first, err := br.Peek(1)
+	if err != nil {
+		return "", nil, &refusal{0, ReasonNoClientHello, fmt.Sprintf("no first byte within %v: %v", timeout, err)}
+	}
+	if isTokenByte(first[0]) {
+		return checkHTTPStart(br, timeout, d)
+	}
+	hello, r := readClientHello(c, br, timeout)
+	if r != nil {
+		return "", nil, r
+	}
+	if r := checkSNI(hello.serverName, d); r != nil {
+		return TunnelTLS, nil, r
+	}
+	return TunnelTLS, append(hello.raw, buffered(br)...), nil
+}
+
+// buffered is what br holds, left unconsumed.
+func buffered(br *bufio.Reader) []byte {
+	b, _ := br.Peek(br.Buffered())
+	return b
+}
+
+// isTokenByte reports whether b may start an HTTP method, a token (RFC
+// 9110 section 5.6.2). No TLS record starts so: its first byte, the
+// content type, is 20 to 24.
+func isTokenByte(b byte) bool {
+	switch {
+	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0
+}
+
+// checkHTTPStart judges a tunnel whose first byte can start an HTTP
+// request. It consumes nothing: the head is peeked at in br, bounded like a
+// proxy request's (maxHeadBytes, headRefusal), and net/http parses a copy,
+// so what goes upstream is exactly what the client sent. The request line
+// is checked as soon as it is whole, so another protocol whose client
+// speaks first (SSH) is refused at once rather than at the timeout.
+func checkHTTPStart(br *bufio.Reader, timeout time.Duration, d destination) (string, []byte, *refusal) {
+	notHTTP := func(err error) *refusal {
+		return &refusal{http.StatusForbidden, ReasonNotTLS,
+			fmt.Sprintf("only TLS or HTTP/1.x may pass a CONNECT tunnel, and this is neither: %v", err)}
+	}
+	line, err := peekThrough(br, lineEnd)
+	if err != nil {
+		return "", nil, headRefusal(err, timeout)
+	}
+	if _, err := parseRequestHead(slices.Concat(line, []byte("\r\n"))); err != nil {
+		return "", nil, notHTTP(err)
+	}
+	head, err := readHead(br)
+	if err != nil {
+		return "", nil, headRefusal(err, timeout)
+	}
+	hosts, err := hostHeaders(head)
+	if err != nil {
+		return "", nil, notHTTP(err)
+	}
+	if len(hosts) > 1 {
+		// net/http refuses this too, but it is about the destination.
+		return TunnelHTTP, nil, hostMismatch(d, "more than one Host field")
+	}
+	req, err := parseRequestHead(head)
+	if err != nil {
+		return "", nil, notHTTP(err)
+	}
+	if r := checkTunnelHost(req, hosts, d); r != nil {
+		return TunnelHTTP, nil, r
+	}
+	return TunnelHTTP, buffered(br), nil
+}
+
+// parseRequestHead parses a request head (through its empty line) with
+// net/http and requires HTTP/1.x.
+func parseRequestHead(head []byte) (*http.Request, error) {
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	if err != nil {
+		return nil, err
+	}
+	if req.ProtoMajor != 1 {
+		return nil, fmt.Errorf("%s is not HTTP/1.x", truncate(req.Proto))
+	}
+	return req, nil
+}
+
+// checkTunnelHost requires a cleartext request in a tunnel to name the
+// CONNECT's destination d, as a ClientHello's server name must. Its Host
+// field and an absolute-form target (http:// only) are each compared when
+// present; at least one must be, and one Host field at most. The
+// comparison is a forwarded request's (splitAuthority): the name
+// case-insensitively and without a trailing dot, an address in its
+// canonical form, and the port d's, where a missing port means 80, the
+// http scheme's default.
+func checkTunnelHost(req *http.Request, hosts []string, d destination) *refusal {
+	switch {
+	case req.URL.Scheme != "" || req.URL.Host != "":
+		target := truncate(req.RequestURI)
+		if req.URL.Scheme != "http" {
+			return hostMismatch(d, fmt.Sprintf("request target %q: a cleartext tunnel carries origin-form or http:// requests", target))
+		}
+		if host, port, err := splitAuthority(req.URL.Host, 80); err != nil || host != d.host || port != d.port {
+			return hostMismatch(d, fmt.Sprintf("request target %q names another destination", target))
+		}
+	case len(hosts) == 0:
+		return hostMismatch(d, "the request has no Host field")
+	}
+	if r := checkHostHeader(hosts, d.host, d.port, 80); r != nil {
+		return hostMismatch(d, r.detail)
+	}
+	return nil
+}
+
+// hostMismatch refuses a cleartext tunnel whose request names another
+// destination than d, the CONNECT's.
+func hostMismatch(d destination, detail string) *refusal {
+	return &refusal{http.StatusForbidden, ReasonHostMismatch, detail + "; the CONNECT was for " + d.hostPort()}
 }
 
 // checkSNI requires the ClientHello's server name to be the CONNECT host.
@@ -146,8 +274,8 @@ var errHelloRead = errors.New("egress: ClientHello read")
 // readClientHello parses the client's first TLS message with crypto/tls,
 // over a connection that records every byte it reads and discards every
 // byte the TLS server would write (its alerts never reach the client).
+// The caller has set c's read deadline, timeout from now.
 func readClientHello(c net.Conn, br *bufio.Reader, timeout time.Duration) (clientHello, *refusal) {
-	c.SetReadDeadline(time.Now().Add(timeout))
 	rec := &recordingConn{Conn: c, r: br}
 	var hello clientHello
 	seen := false

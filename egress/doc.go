@@ -14,19 +14,12 @@
 //
 // The proxy speaks HTTP/1.1 to clients and accepts two kinds of request:
 //
-//   - CONNECT host:port, for TLS. The policy decides on the requested host
-//     before anything is resolved. Once the proxy has dialled a checked
-//     address it answers 200, then reads the client's TLS ClientHello
-//     before one byte goes upstream: the ClientHello must carry a server
-//     name (SNI) equal to the CONNECT host, case-insensitively. For an ip
-//     rule the ClientHello must carry no server name (TLS clients send
-//     none for an IP address) or the address itself. Plain bytes, a
-//     ClientHello naming another server or none, and a client that stalls
-//     are refused; only then are the bytes read replayed upstream and the
-//     tunnel copies both ways (splice on Linux). The ClientHello is parsed
-//     by crypto/tls itself (a tls.Server over a connection that records
-//     what it reads and discards what it would write, stopped from
-//     GetConfigForClient), not by a parser of this package.
+//   - CONNECT host:port, for TLS or cleartext HTTP/1.x. The policy decides
+//     on the requested host before anything is resolved. Once the proxy
+//     has dialled a checked address it answers 200, then reads and checks
+//     the tunnel's first message (below) before one byte goes upstream;
+//     only then are the bytes read replayed upstream, unchanged, and the
+//     tunnel copies both ways (splice on Linux).
 //   - An absolute-form request (GET http://host:port/path), plain HTTP.
 //     Each request of a kept-alive connection is judged on its own; the
 //     first refusal ends the connection. A Host field, when present, must
@@ -37,6 +30,44 @@
 //
 // Anything else is refused: origin-form requests (no absolute URL), other
 // schemes (https:// must use CONNECT), unparsable requests.
+//
+// # A tunnel's first message
+//
+// The whole first message must arrive within HeaderTimeout of the 200.
+// Its first byte decides what it must be:
+//
+//   - A byte that cannot start an HTTP method (a TLS record starts with 20
+//     to 24): a TLS ClientHello carrying a server name (SNI) equal to the
+//     CONNECT host, case-insensitively. For an ip rule the ClientHello must
+//     carry no server name (TLS clients send none for an IP address) or the
+//     address itself. The ClientHello is parsed by crypto/tls itself (a
+//     tls.Server over a connection that records what it reads and discards
+//     what it would write, stopped from GetConfigForClient), not by a
+//     parser of this package.
+//   - A token character, which can start a method: a cleartext HTTP/1.x
+//     request head. Some clients tunnel http:// through CONNECT too (Node's
+//     undici, so Node's fetch behind a proxy agent). The head is peeked at,
+//     not consumed, and parsed by net/http (http.ReadRequest over a copy),
+//     bounded like a proxy request's head (64 KiB, HeaderTimeout); its
+//     request line is parsed as soon as it is whole, so another protocol
+//     whose client speaks first is refused at once. The request must name
+//     the CONNECT host and port: its Host field, and its target when that is
+//     absolute-form (http:// only), are each compared when present, and one
+//     of them must be; two Host fields are refused. Names compare
+//     case-insensitively without one trailing dot, addresses in canonical
+//     form (an ip destination must be named by its address, not a name), a
+//     port given must be the CONNECT's, and a missing port means 80, the
+//     http scheme's default: "Host: api.example.com" matches only a CONNECT
+//     to api.example.com:80. Authority-form (a CONNECT inside the tunnel)
+//     and other schemes are refused, and so is the HTTP/2 cleartext preface
+//     (not HTTP/1.x).
+//
+// Anything else, a message naming another server or none, and a client
+// that stalls are refused, and nothing reaches the destination. Only the
+// first message is checked: as with the TLS records after a ClientHello,
+// the requests after the first on a cleartext tunnel are not parsed (they
+// go to the destination the CONNECT fixed, whatever their Host fields say),
+// nor is a protocol the first request upgrades to.
 //
 // # Names, addresses, and the order of decisions
 //
@@ -67,11 +98,14 @@
 // Every refusal the client can still be told about is an HTTP response:
 // a status (400, 403, 408, 431, 502, 503, 504), the header
 // X-Hookbox-Refused: <reason id> and a one-line body, then the connection
-// closes. A CONNECT refused after its 200 cannot be answered in HTTP: an
-// SNI refusal is a TLS access_denied alert (what a TLS client shows as
-// "access denied"), plain bytes get the HTTP 403 inside the tunnel (what a
-// client speaking HTTP there reads), a stalled client is closed. No
-// refusal leaves a tunnel open.
+// closes. A CONNECT refused after its 200 cannot be answered as the
+// CONNECT: an SNI refusal is a TLS access_denied alert (what a TLS client
+// shows as "access denied"); a cleartext request, or plain bytes, get the
+// HTTP refusal inside the tunnel (what a client speaking HTTP there
+// reads: 403 for not-tls and host-mismatch, 408, 431 or 400 for a head
+// that stalls, is too large or is cut short); a client that sent nothing,
+// or stalled inside a ClientHello, is closed. No refusal leaves a tunnel
+// open.
 //
 // # Reason ids
 //
@@ -86,21 +120,30 @@
 //     timed out).
 //   - dial-failed: no checked address accepted the connection (502).
 //   - dial-timeout: no checked address answered within DialTimeout (504).
-//   - malformed-request: unparsable request, target, port or host (400).
-//   - headers-too-large: a request head over 64 KiB (431).
+//   - malformed-request: unparsable request, target, port or host (400);
+//     in a tunnel, a client that closed inside its first request head.
+//   - headers-too-large: a request head over 64 KiB (431), a proxy
+//     request's or the first one in a cleartext tunnel.
 //   - header-timeout: no complete request head within HeaderTimeout
-//     (408).
+//     (408), a proxy request's or the first one in a cleartext tunnel.
 //   - host-header-mismatch: the Host field names another destination than
 //     the request line (400).
 //   - origin-form-request: a request without an absolute URL (400).
 //   - unsupported-scheme: an absolute URL that is not http:// (400).
 //   - too-many-connections: beyond MaxConns concurrent connections (503).
-//   - not-tls: the bytes after a CONNECT's 200 are not a TLS ClientHello.
+//   - not-tls: the bytes after a CONNECT's 200 are neither a TLS
+//     ClientHello nor an HTTP/1.x request head.
 //   - no-client-hello: the client closed or stalled (HeaderTimeout) before
-//     a whole ClientHello.
+//     its first byte, or inside a ClientHello.
 //   - no-sni: a ClientHello without a server name, for a name.
 //   - sni-mismatch: the server name is not the CONNECT host (for an ip
 //     destination: any name but the address).
+//   - host-mismatch: the cleartext request in a tunnel does not name the
+//     CONNECT host and port (its Host field, or its absolute-form target),
+//     names none, or has two Host fields.
+//
+// Each attempt that is a CONNECT says what its tunnel carried once its
+// first message was recognized: tunnel "tls" or "http" (Attempt.Tunnel).
 //
 // Allowed, but failed: upstream-failed, when the destination broke a
 // forwarded request (502 with X-Hookbox-Error, not X-Hookbox-Refused) or a
@@ -111,30 +154,32 @@
 // MaxConns client connections are handled at once; one more is read for at
 // most a second (to record what it asked) and answered 503; beyond twice
 // MaxConns a connection is answered 503 unread and closed (its client may
-// see a reset instead), still recorded. A request head
-// must complete within HeaderTimeout. A tunnel or kept-alive connection
-// on which no byte moved either way for IdleTimeout (detected within
-// twice that) is closed; once one direction of a tunnel has ended (and
-// was half-closed onward), the other is closed after HeaderTimeout of
-// silence.
+// see a reset instead), still recorded. A request head, and a tunnel's
+// first message (from the 200), must complete within HeaderTimeout. A
+// tunnel or kept-alive connection on which no byte moved either way for
+// IdleTimeout (detected within twice that) is closed; once one direction
+// of a tunnel has ended (and was half-closed onward), the other is closed
+// after HeaderTimeout of silence.
 //
 // # What is defended, and what is not
 //
 // Defended: reaching any destination, name or address, that the policy
 // does not name; reaching the host, its networks or a cloud's metadata
 // service through a name that resolves there; DNS rebinding between check
-// and dial; tunnelling a non-TLS protocol or another TLS server name
-// through an allowed CONNECT (domain fronting by SNI); smuggling a second
+// and dial; tunnelling a protocol other than TLS or HTTP/1.x, another TLS
+// server name, or a first cleartext request for another host through an
+// allowed CONNECT (domain fronting by SNI or Host); smuggling a second
 // destination on a kept-alive connection or through a Host field;
 // exhausting the host by connections or slow clients.
 //
 // Not defended:
 //
 //   - An allowed destination is trusted with whatever the agent sends it.
-//     The proxy does not inspect TLS content: data can leave to an allowed
-//     host, and a host that relays (a CDN with domain fronting by Host
-//     header inside TLS, a service that fetches URLs for its callers) can
-//     carry it further.
+//     The proxy does not inspect TLS content, nor a cleartext tunnel past
+//     its first request head: data can leave to an allowed host, and a
+//     host that relays (a CDN with domain fronting by Host header inside
+//     TLS or in a later request of a cleartext tunnel, a service that
+//     fetches URLs for its callers) can carry it further.
 //   - A wildcard allows every name under its suffix, including names the
 //     suffix's owner lets others create.
 //   - Encrypted Client Hello hides the real server name: the outer name is

@@ -36,7 +36,8 @@ type Options struct {
 	// IdleTimeout ends a tunnel or a kept-alive connection on which no byte
 	// moved (default 5m).
 	IdleTimeout time.Duration
-	// HeaderTimeout bounds reading a request head or a ClientHello, and
+	// HeaderTimeout bounds reading a request head or a tunnel's first
+	// message (a ClientHello, or a cleartext request head), and
 	// how long a tunnel with one direction closed may stay silent
 	// (default 10s).
 	HeaderTimeout time.Duration
@@ -282,19 +283,10 @@ func (p *Proxy) handle(c net.Conn) {
 		c.SetReadDeadline(a.Time.Add(p.opts.HeaderTimeout))
 		head, err := readHead(br)
 		if err != nil {
-			var r *refusal
-			switch {
-			case errors.Is(err, errHeadTooLarge):
-				r = &refusal{http.StatusRequestHeaderFieldsTooLarge, ReasonHeadersTooLarge,
-					fmt.Sprintf("the request head exceeds %d bytes", maxHeadBytes)}
-			case errors.Is(err, errNoRequest):
+			if errors.Is(err, errNoRequest) {
 				return // closed between requests, or before any: no attempt
-			case isTimeout(err):
-				r = &refusal{http.StatusRequestTimeout, ReasonHeaderTimeout,
-					fmt.Sprintf("no complete request head within %v", p.opts.HeaderTimeout)}
-			default:
-				r = &refusal{http.StatusBadRequest, ReasonMalformedRequest, "the connection ended inside a request head"}
 			}
+			r := headRefusal(err, p.opts.HeaderTimeout)
 			c.SetWriteDeadline(time.Now().Add(p.opts.HeaderTimeout))
 			writeRefusal(c, r)
 			p.record(a, r)
@@ -332,12 +324,17 @@ var (
 // that ends it) without consuming it. It fails with errNoRequest when the
 // connection ends before a single byte (a stall is a timeout instead),
 // errHeadTooLarge when the head does not fit br's buffer.
-func readHead(br *bufio.Reader) ([]byte, error) {
+func readHead(br *bufio.Reader) ([]byte, error) { return peekThrough(br, headEnd) }
+
+// peekThrough peeks at br until end finds where what it waits for ends
+// (end(buf, from) > 0), without consuming anything, and fails as readHead
+// does. end may look back up to two bytes before from.
+func peekThrough(br *bufio.Reader, end func(buf []byte, from int) int) ([]byte, error) {
 	searched := 0
 	for {
 		buf, _ := br.Peek(br.Buffered()) // what is buffered, without reading
-		if end := headEnd(buf, searched); end > 0 {
-			return buf[:end], nil
+		if n := end(buf, searched); n > 0 {
+			return buf[:n], nil
 		}
 		searched = max(len(buf)-2, 0)
 		if len(buf) == br.Size() {
@@ -350,6 +347,29 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// headRefusal is the refusal for a request head readHead could not read
+// (errNoRequest aside: that is no request at all).
+func headRefusal(err error, timeout time.Duration) *refusal {
+	switch {
+	case errors.Is(err, errHeadTooLarge):
+		return &refusal{http.StatusRequestHeaderFieldsTooLarge, ReasonHeadersTooLarge,
+			fmt.Sprintf("the request head exceeds %d bytes", maxHeadBytes)}
+	case isTimeout(err):
+		return &refusal{http.StatusRequestTimeout, ReasonHeaderTimeout,
+			fmt.Sprintf("no complete request head within %v", timeout)}
+	}
+	return &refusal{http.StatusBadRequest, ReasonMalformedRequest, "the connection ended inside a request head"}
+}
+
+// lineEnd returns the length of the first line in buf (through its LF),
+// or 0; bytes before from were searched already.
+func lineEnd(buf []byte, from int) int {
+	if i := bytes.IndexByte(buf[from:], '\n'); i >= 0 {
+		return from + i + 1
+	}
+	return 0
 }
 
 // headEnd returns the length of the head in buf (through the first empty

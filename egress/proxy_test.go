@@ -38,7 +38,7 @@ func TestConnectAllowedByIPRule(t *testing.T) {
 		t.Errorf("no bytes counted: %+v", a)
 	}
 	sameAttempt(t, a, Attempt{Method: "CONNECT", Host: "127.0.0.1", Port: port, Resolved: target,
-		Decision: DecisionAllowed, Rule: target, BytesUp: -1, BytesDown: -1})
+		Decision: DecisionAllowed, Rule: target, Tunnel: TunnelTLS, BytesUp: -1, BytesDown: -1})
 }
 
 // A name resolving to loopback is allowed only with an ip rule for that
@@ -72,7 +72,7 @@ func TestConnectNameResolvingToLoopback(t *testing.T) {
 			}
 			c.Close()
 			sameAttempt(t, rec.wait(t, 1)[0], Attempt{Method: "CONNECT", Host: "api.example.com", Port: port,
-				Resolved: loopback, Decision: DecisionAllowed, Rule: name, BytesUp: -1, BytesDown: -1})
+				Resolved: loopback, Decision: DecisionAllowed, Rule: name, Tunnel: TunnelTLS, BytesUp: -1, BytesDown: -1})
 		})
 	}
 }
@@ -128,9 +128,10 @@ func TestConnectRefusedBeforeDialling(t *testing.T) {
 	}
 }
 
-// After the 200, the first bytes must be a TLS ClientHello for the
-// CONNECT host; otherwise nothing reaches the destination.
-func TestConnectClientHelloChecks(t *testing.T) {
+// After the 200, the first bytes must be a TLS ClientHello or an HTTP/1.x
+// request head for the CONNECT host; otherwise nothing reaches the
+// destination, and the client is told in what it speaks.
+func TestConnectFirstMessageChecks(t *testing.T) {
 	up := startRawUpstream(t)
 	port := up.port()
 	name := hostPort("api.example.com", port)
@@ -144,28 +145,71 @@ func TestConnectClientHelloChecks(t *testing.T) {
 			return tls.Client(bufferedConn{c, br}, &tls.Config{ServerName: sni, InsecureSkipVerify: true}).Handshake()
 		}
 	}
-	for _, tc := range []struct {
-		name, target, host, resolved, rule, reason string
-		client                                     func(net.Conn, *bufio.Reader) error
-		wantErr                                    string
-	}{
-		{"sni-mismatch", name, "api.example.com", loopback, name, ReasonSNIMismatch, handshake("evil.example.net"), "access denied"},
-		{"no-sni", name, "api.example.com", loopback, name, ReasonNoSNI, handshake(""), "access denied"},
-		{"name-sni-for-ip", loopback, "127.0.0.1", loopback, loopback, ReasonSNIMismatch, handshake("api.example.com"), "access denied"},
-		{"plain-bytes", name, "api.example.com", loopback, name, ReasonNotTLS, func(c net.Conn, br *bufio.Reader) error {
-			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	// send writes the tunnel's first bytes (from a goroutine: the proxy
+	// may answer before reading them all) and reads the HTTP answer.
+	send := func(first string) func(net.Conn, *bufio.Reader) error {
+		return func(c net.Conn, br *bufio.Reader) error {
+			go io.WriteString(c, first)
 			resp, err := http.ReadResponse(br, nil)
 			if err != nil {
 				return err
 			}
 			return fmt.Errorf("%d %s", resp.StatusCode, resp.Header.Get(RefusedHeader))
-		}, "403 not-tls"},
-		{"closed-early", name, "api.example.com", loopback, name, ReasonNoClientHello, func(c net.Conn, br *bufio.Reader) error {
+		}
+	}
+	request := func(target, fields string) func(net.Conn, *bufio.Reader) error {
+		return send("GET " + target + " HTTP/1.1\r\n" + fields + "\r\n")
+	}
+	for _, tc := range []struct {
+		name, target, host, rule, reason, tunnel string
+		client                                   func(net.Conn, *bufio.Reader) error
+		wantErr                                  string
+	}{
+		{"sni-mismatch", name, "api.example.com", name, ReasonSNIMismatch, TunnelTLS, handshake("evil.example.net"), "access denied"},
+		{"no-sni", name, "api.example.com", name, ReasonNoSNI, TunnelTLS, handshake(""), "access denied"},
+		{"name-sni-for-ip", loopback, "127.0.0.1", loopback, ReasonSNIMismatch, TunnelTLS, handshake("api.example.com"), "access denied"},
+		{"closed-early", name, "api.example.com", name, ReasonNoClientHello, "", func(c net.Conn, br *bufio.Reader) error {
 			c.Write([]byte{22, 3, 1}) // the start of a record header, then nothing
 			c.(*net.TCPConn).CloseWrite()
 			_, err := br.ReadByte()
 			return err
 		}, "EOF"},
+
+		// Neither TLS nor HTTP/1.x. The SSH client waits for the server's
+		// banner: refused on its first line, not at the timeout.
+		{"binary", name, "api.example.com", name, ReasonNotTLS, "", send("\x00\x01\x02\x03\x04\x05garbage"), "403 not-tls"},
+		{"text", name, "api.example.com", name, ReasonNotTLS, "", send("garbage\r\n\r\n"), "403 not-tls"},
+		{"ssh", name, "api.example.com", name, ReasonNotTLS, "", send("SSH-2.0-OpenSSH_9.6\r\n"), "403 not-tls"},
+		{"http2-preface", name, "api.example.com", name, ReasonNotTLS, "", send("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), "403 not-tls"},
+		{"bad-field", name, "api.example.com", name, ReasonNotTLS, "", request("/", "Host: "+name+"\r\nNo colon\r\n"), "403 not-tls"},
+
+		// HTTP that does not name the CONNECT's destination.
+		{"host-other-name", name, "api.example.com", name, ReasonHostMismatch, TunnelHTTP,
+			request("/", "Host: "+hostPort("evil.example.net", port)+"\r\n"), "403 host-mismatch"},
+		{"host-without-port", name, "api.example.com", name, ReasonHostMismatch, TunnelHTTP,
+			request("/", "Host: api.example.com\r\n"), "403 host-mismatch"}, // means port 80
+		{"host-other-port", name, "api.example.com", name, ReasonHostMismatch, TunnelHTTP,
+			request("/", "Host: "+hostPort("api.example.com", port+1)+"\r\n"), "403 host-mismatch"},
+		{"no-host", name, "api.example.com", name, ReasonHostMismatch, TunnelHTTP, request("/", ""), "403 host-mismatch"},
+		{"two-hosts", name, "api.example.com", name, ReasonHostMismatch, TunnelHTTP,
+			request("/", "Host: "+name+"\r\nHost: "+name+"\r\n"), "403 host-mismatch"},
+		{"name-host-for-ip", loopback, "127.0.0.1", loopback, ReasonHostMismatch, TunnelHTTP,
+			request("/", "Host: "+name+"\r\n"), "403 host-mismatch"},
+		{"absolute-other-host", name, "api.example.com", name, ReasonHostMismatch, TunnelHTTP,
+			request("http://"+hostPort("evil.example.net", port)+"/", "Host: "+name+"\r\n"), "403 host-mismatch"},
+		{"absolute-https", name, "api.example.com", name, ReasonHostMismatch, TunnelHTTP,
+			request("https://"+name+"/", "Host: "+name+"\r\n"), "403 host-mismatch"},
+		{"nested-connect", name, "api.example.com", name, ReasonHostMismatch, TunnelHTTP,
+			send("CONNECT " + name + " HTTP/1.1\r\nHost: " + name + "\r\n\r\n"), "403 host-mismatch"},
+
+		// An HTTP head the proxy cannot read whole.
+		{"head-too-large", name, "api.example.com", name, ReasonHeadersTooLarge, "",
+			request("/", "X: "+strings.Repeat("a", maxHeadBytes)+"\r\n"), "431 headers-too-large"},
+		{"head-cut-short", name, "api.example.com", name, ReasonMalformedRequest, "", func(c net.Conn, br *bufio.Reader) error {
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+name)
+			c.(*net.TCPConn).CloseWrite()
+			return send("")(c, br)
+		}, "400 malformed-request"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, addr, rec := startProxy(t, Options{Policy: policy, Resolver: resolver("api.example.com", "127.0.0.1")})
@@ -177,8 +221,8 @@ func TestConnectClientHelloChecks(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("client saw %v, want %q", err, tc.wantErr)
 			}
-			sameAttempt(t, rec.wait(t, 1)[0], Attempt{Method: "CONNECT", Host: tc.host, Port: port, Resolved: tc.resolved,
-				Decision: DecisionRefused, Reason: tc.reason, Rule: tc.rule})
+			sameAttempt(t, rec.wait(t, 1)[0], Attempt{Method: "CONNECT", Host: tc.host, Port: port, Resolved: loopback,
+				Decision: DecisionRefused, Reason: tc.reason, Rule: tc.rule, Tunnel: tc.tunnel})
 			time.Sleep(50 * time.Millisecond)
 			if n := up.bytesReceived(); n != 0 {
 				t.Errorf("the destination received %d bytes of a refused tunnel", n)
@@ -308,12 +352,37 @@ func TestStalledClientTimesOut(t *testing.T) {
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Errorf("stalled tunnel not closed: %v", err)
 	}
-	got := rec.wait(t, 3)
+	// Tunnels whose first request head never ends: inside its first line,
+	// and after it. The client reads the 408 inside the tunnel.
+	for _, slow := range []string{"GET / HT", "GET / HTTP/1.1\r\nHost: " + target + "\r\n"} {
+		start := time.Now()
+		c, br := dialProxy(t, addr)
+		if resp := sendConnect(t, c, br, target); resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %s", resp.Status)
+		}
+		io.WriteString(c, slow)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("after %q: %v", slow, err)
+		}
+		wantRefused(t, resp, http.StatusRequestTimeout, ReasonHeaderTimeout)
+		if elapsed := time.Since(start); elapsed > 2*time.Second {
+			t.Errorf("slow tunnel %q freed after %v", slow, elapsed)
+		}
+	}
+	got := rec.wait(t, 5)
 	for _, a := range got[:2] {
 		sameAttempt(t, a, Attempt{Decision: DecisionRefused, Reason: ReasonHeaderTimeout})
 	}
 	sameAttempt(t, got[2], Attempt{Method: "CONNECT", Host: "127.0.0.1", Port: up.port(), Resolved: target,
 		Decision: DecisionRefused, Reason: ReasonNoClientHello, Rule: target})
+	for _, a := range got[3:] {
+		sameAttempt(t, a, Attempt{Method: "CONNECT", Host: "127.0.0.1", Port: up.port(), Resolved: target,
+			Decision: DecisionRefused, Reason: ReasonHeaderTimeout, Rule: target})
+	}
+	if n := up.bytesReceived(); n != 0 {
+		t.Errorf("the destination received %d bytes of stalled tunnels", n)
+	}
 }
 
 // 1,000 clients at once against MaxConns 64: exactly 64 are served, every
