@@ -731,7 +731,7 @@ func (j *judge) expectHop(pos int, e *timedEvent) {
 func (j *judge) judgeHop(h pendingHop, e *timedEvent) {
 	delete(j.hops, e.PID)
 	res := h.want.match(&e.Event, j.ids, nil)
-	if !res.idKnown {
+	if !res.idKnown && res.outcome != matchNo {
 		j.gap(ReasonExecIdentityUnknown)
 	}
 	switch res.outcome {
