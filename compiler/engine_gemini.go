@@ -32,7 +32,12 @@ var geminiFlags = flagTable{
 	// and mounts it read-only, so the session trusts it.
 	{kind: flagBool, name: "--skip-trust", value: always},
 	{kind: flagValue, name: "-m", value: func(c *compilation) any { return c.r.Engine.Model }},
-	{kind: flagRepeat, name: "--add-dir", value: grantArgs},
+	// 0.61.0 has no --add-dir (yargs ignores it silently): its file tools
+	// reach the workspace and --include-directories only, so the run dir's
+	// out/ (where artifacts go) is included with the grants.
+	{kind: flagRepeat, name: "--include-directories", value: func(c *compilation) any {
+		return append([]string{render.OutDir}, c.grantPaths()...)
+	}},
 }
 
 func init() {
@@ -78,7 +83,7 @@ func init() {
 var geminiProfiles = []*engineProfile{{
 	version:     "0.61.0",
 	hookShell:   &shellRule{name: "bash", argv0: argv0Name},
-	toolShell:   &shellRule{name: "bash", argv0: argv0Name, forms: [][]string{{"-c", slotArg}}},
+	toolShell:   &shellRule{name: "bash", argv0: argv0Path, forms: [][]string{{"-c", slotArg}}},
 	nodePackage: true,
 	env: func(c *compilation) map[string]string {
 		return map[string]string{"GEMINI_CLI_NO_RELAUNCH": "true", "NODE_OPTIONS": nodeHeapOptions(c)}
@@ -118,8 +123,8 @@ func geminiUsesAPIKey(s *SpawnSpec) bool {
 	return set || slices.Contains(s.Secrets, "GEMINI_API_KEY") || slices.Contains(s.Env.Allow, "GEMINI_API_KEY")
 }
 
-// addGeminiSettings writes the user settings file when there is something
-// to say: the hooks, and the auth method. Headless, 0.61.0 exits 41 unless
+// addGeminiSettings writes the user settings file: the hooks, the auth
+// method, and usage statistics off. Headless, 0.61.0 exits 41 unless
 // an auth method is selected, even with GEMINI_API_KEY set (and
 // GOOGLE_GEMINI_BASE_URL alone selects "gateway", which headless mode
 // refuses), so a spawn that gives it an API key selects gemini-api-key.
@@ -140,9 +145,9 @@ func (c *compilation) addGeminiSettings() error {
 	if geminiUsesAPIKey(c.spec) {
 		settings["security"] = map[string]any{"auth": map[string]string{"selectedType": "gemini-api-key"}}
 	}
-	if len(settings) == 0 {
-		return nil
-	}
+	// Usage statistics go to play.googleapis.com whatever the model API
+	// is; no spawn asked for them, and an allowlist would refuse them.
+	settings["privacy"] = map[string]bool{"usageStatisticsEnabled": false}
 	content, err := canonjson.Marshal(settings)
 	if err != nil {
 		return err

@@ -131,7 +131,7 @@ func TestEngineArgv(t *testing.T) {
 		{
 			name:  "gemini",
 			spec:  spawnYAML("{kind: gemini, path: /opt/gemini, model: gemini-3-pro, effort: low}", "  prompt: look", "  addDirs: [/d/x]"),
-			argv:  []string{"/opt/gemini", "--output-format", "json", "--skip-trust", "-m", "gemini-3-pro-low", "--add-dir", "/grants/x", "--prompt", "look"},
+			argv:  []string{"/opt/gemini", "--output-format", "json", "--skip-trust", "-m", "gemini-3-pro-low", "--include-directories", "/run/hookbox/out", "--include-directories", "/grants/x", "--prompt", "look"},
 			cwd:   "/workspace",
 			stdin: "/dev/null",
 		},
@@ -303,8 +303,8 @@ func TestGeminiWorkingDirectoryAndStdin(t *testing.T) {
 		t.Errorf("gemini: cwd %q stdin %q, want /workspace and /dev/null", r.Process.Cwd, r.Process.Stdin)
 	}
 	for i, arg := range r.Process.Argv {
-		if arg == "--add-dir" && !strings.HasPrefix(r.Process.Argv[i+1], "/") {
-			t.Errorf("gemini resolves relative --add-dir against its cwd; hookbox must pass absolute paths: %q", r.Process.Argv)
+		if arg == "--include-directories" && !strings.HasPrefix(r.Process.Argv[i+1], "/") {
+			t.Errorf("gemini resolves relative --include-directories against its cwd; hookbox must pass absolute paths: %q", r.Process.Argv)
 		}
 	}
 	if r.Engine.StreamsEarly || r.Limits.FirstOutputMS != 0 || r.Limits.IdleMS != 0 {

@@ -74,7 +74,7 @@ spec:
 	r := e.run(file)
 	res := r.mustResult(t)
 	if res.Status != launcher.StatusCompleted || r.code != 0 {
-		t.Fatalf("status %s exit %d (%v)\n%s", res.Status, r.code, res.Reasons, tail(r.stderr+readRecordFile(res, "stderr.log"), 3000))
+		t.Fatalf("status %s exit %d (%v), verdict %s %v %+v\n%s", res.Status, r.code, res.Reasons, res.Trace.Status, res.Trace.Reasons, res.Trace.Diffs, tail(r.stderr+readRecordFile(res, "stderr.log"), 3000))
 	}
 	for _, a := range res.Artifacts {
 		if a.Status != "found" {
@@ -259,7 +259,7 @@ func TestRealEnginePi(t *testing.T) {
 		workspace:  "./ws",
 		artifacts:  []string{"answer.md"},
 		secret:     "ANTHROPIC_API_KEY",
-		env:        ", " + strings.Replace(pi.QuietEnv[0], "=", ": ", 1),
+		env:        ", " + strings.Replace(pi.QuietEnv[0], "=", ": \"", 1) + "\"",
 		wantRules:  []string{"init", "engine", "hop:" + pi.PiEngine, "engine-exec:tool-shell", "allow:/usr/bin/git"},
 		requestsAt: func() int { return len(api.Requests()) },
 	}
