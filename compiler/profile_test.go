@@ -88,7 +88,7 @@ func TestEngineProfiles(t *testing.T) {
 			kind: "gemini", manifest: "package.json", version: "0.61.0", entry: "bundle/gemini.js", content: "#!/usr/bin/env sh\n",
 			extra:       "  limits: {memory: 2Gi}",
 			wantProfile: "0.61.0",
-			wantExecs:   []string{"tool-shell " + bash + " bash|-c|"},
+			wantExecs:   []string{"tool-shell " + bash + " " + bash + "|-c|"},
 			wantEnv:     map[string]string{"GEMINI_CLI_NO_RELAUNCH": "true", "NODE_OPTIONS": "--max-old-space-size=1536"},
 			wantShebangHop: envTarget, wantPackage: true,
 		},
