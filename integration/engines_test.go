@@ -31,50 +31,30 @@ import (
 
 const commitSubject = "the subject the agent reads"
 
-// engineTask is one engine's spec fragment and what its run must show.
+// engineTask is one engine's example spec (examples/engines) and what its
+// run must show.
 type engineTask struct {
-	name       string
-	engine     string // the spec's engine mapping, one line each, indented by 4
-	hooks      string // the spec's hooks list, one line each, indented by 4
-	workspace  string
-	artifacts  []string
+	example    string // file name under examples/engines
+	baseURL    string
 	secret     string
-	env        string // more env.set entries: ", NAME: VALUE"...
 	wantRules  []string // verdict Matched rules the run must show
 	requestsAt func() int
 }
 
-// runEngineTask runs task and checks what every real-engine run must show.
+// runEngineTask runs the example against the scripted API at task.baseURL
+// with the test's git workspace, and checks what every real-engine run
+// must show.
 func runEngineTask(t *testing.T, e *env, task engineTask, apiAddr string) *launcher.Result {
 	t.Helper()
-	spec := fmt.Sprintf(`apiVersion: hookbox.dev/v1alpha1
-kind: Spawn
-metadata: {name: %s}
-spec:
-  engine:
-%s
-  prompt: Read the last commit's subject with git and write it to answer.md.
-  workspace: %s
-  tools: [/usr/bin/git]
-  hooks:
-%s
-  env:
-    set: {GIT_CONFIG_COUNT: "1", GIT_CONFIG_KEY_0: safe.directory, GIT_CONFIG_VALUE_0: "*"%s}
-  secrets: [%s]
-  network:
-    allow: [model-api]
-  limits: {timeout: 2m, memory: 2Gi}
-  artifacts: [%s]
-`, task.name, task.engine, task.workspace, task.hooks, task.env, task.secret, strings.Join(task.artifacts, ", "))
-	file := filepath.Join(e.specDir, task.name+".yaml")
-	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := filepath.Join("..", "examples", "engines", task.example)
 	e.extraEnv = append(e.extraEnv, task.secret+"=test-key")
-	r := e.run(file)
+	r := e.run(file, "--set", "base_url="+task.baseURL, "--set", "workspace="+filepath.Join(e.specDir, "ws"))
 	res := r.mustResult(t)
 	if res.Status != launcher.StatusCompleted || r.code != 0 {
 		t.Fatalf("status %s exit %d (%v), verdict %s %v %+v\n%s", res.Status, r.code, res.Reasons, res.Trace.Status, res.Trace.Reasons, res.Trace.Diffs, tail(r.stderr+readRecordFile(res, "stderr.log"), 3000))
+	}
+	if len(res.Artifacts) == 0 {
+		t.Errorf("no artifacts declared: the example must declare its answer and hook markers")
 	}
 	for _, a := range res.Artifacts {
 		if a.Status != "found" {
@@ -145,20 +125,10 @@ func TestRealEngineClaude(t *testing.T) {
 		{Text: "Writing it down.", ToolUse: &anthropic.ToolUse{Name: "Write", Input: map[string]string{"file_path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
 		{Text: "Done."},
 	})
-	var env strings.Builder
-	for _, kv := range anthropic.QuietEnv {
-		k, v, _ := strings.Cut(kv, "=")
-		fmt.Fprintf(&env, ", %s: %q", k, v)
-	}
 	task := engineTask{
-		name: "real-claude",
-		engine: fmt.Sprintf("    kind: claude\n    path: %s\n    baseURL: %s\n    args: [--allowedTools, \"Bash,Write\", --max-turns, \"6\"]",
-			anthropic.ClaudeEngine, base),
-		hooks:      "    - {name: pre-bash, event: PreToolUse, matcher: Bash, argv: [/usr/bin/touch, /run/hookbox/out/pre-bash], required: true}\n    - {name: stop, event: Stop, argv: [/usr/bin/touch, /run/hookbox/out/stop], required: true}",
-		workspace:  "./ws",
-		artifacts:  []string{"answer.md", "pre-bash", "stop"},
+		example:    "claude.yaml",
+		baseURL:    base,
 		secret:     "ANTHROPIC_API_KEY",
-		env:        env.String(),
 		wantRules:  []string{"init", "engine", "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:pre-bash", "hook:stop"},
 		requestsAt: func() int { return len(api.Requests()) },
 	}
@@ -183,17 +153,9 @@ func TestRealEngineCodex(t *testing.T) {
 		{Text: "Writing it down.", Custom: &openai.CustomCall{Name: "apply_patch", Input: "*** Begin Patch\n*** Add File: answer.md\n+# Last commit\n*** End Patch\n"}},
 		{Text: "Done."},
 	})
-	var args []string
-	for _, a := range append([]string{"--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-m", openai.CodexModel}, openai.QuietArgs...) {
-		args = append(args, fmt.Sprintf("%q", a))
-	}
 	task := engineTask{
-		name: "real-codex",
-		engine: fmt.Sprintf("    kind: codex\n    path: %s\n    baseURL: %s/v1\n    args: [%s]",
-			openai.CodexEngine, base, strings.Join(args, ", ")),
-		hooks:      "    - {name: pre-tool, event: PreToolUse, argv: [/usr/bin/touch, /run/hookbox/out/pre-tool], required: true}\n    - {name: stop, event: Stop, argv: [/usr/bin/touch, /run/hookbox/out/stop], required: true}",
-		workspace:  "{path: ./ws, mode: overlay}",
-		artifacts:  []string{"workspace.patch", "pre-tool", "stop"},
+		example:    "codex.yaml",
+		baseURL:    base + "/v1",
 		secret:     "OPENAI_API_KEY",
 		wantRules:  []string{"init", "engine", "engine-exec:process-setup", "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:pre-tool", "hook:stop"},
 		requestsAt: func() int { return len(api.Requests()) },
@@ -220,12 +182,8 @@ func TestRealEngineGemini(t *testing.T) {
 		{Text: "Done."},
 	})
 	task := engineTask{
-		name: "real-gemini",
-		engine: fmt.Sprintf("    kind: gemini\n    path: %s\n    model: %s\n    baseURL: %s\n    args: [--approval-mode, yolo]",
-			gemini.GeminiEngine, gemini.GeminiModel, base),
-		hooks:      "    - {name: before-shell, event: BeforeTool, matcher: run_shell_command, argv: [/usr/bin/touch, /run/hookbox/out/before-shell], required: true}\n    - {name: after-agent, event: AfterAgent, argv: [/usr/bin/touch, /run/hookbox/out/after-agent], required: true}",
-		workspace:  "./ws",
-		artifacts:  []string{"answer.md", "before-shell", "after-agent"},
+		example:    "gemini.yaml",
+		baseURL:    base,
 		secret:     "GEMINI_API_KEY",
 		wantRules:  []string{"init", "engine", "hop:" + gemini.GeminiEngine, "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:before-shell", "hook:after-agent"},
 		requestsAt: func() int { return len(api.Requests()) },
@@ -252,14 +210,9 @@ func TestRealEnginePi(t *testing.T) {
 		{Text: "Done."},
 	})
 	task := engineTask{
-		name: "real-pi",
-		engine: fmt.Sprintf("    kind: pi\n    path: %s\n    model: %s\n    baseURL: %s\n    args: [--no-session]",
-			pi.PiEngine, pi.PiModel, base),
-		hooks:      "    []",
-		workspace:  "./ws",
-		artifacts:  []string{"answer.md"},
+		example:    "pi.yaml",
+		baseURL:    base,
 		secret:     "ANTHROPIC_API_KEY",
-		env:        ", " + strings.Replace(pi.QuietEnv[0], "=", ": \"", 1) + "\"",
 		wantRules:  []string{"init", "engine", "hop:" + pi.PiEngine, "engine-exec:tool-shell", "allow:/usr/bin/git"},
 		requestsAt: func() int { return len(api.Requests()) },
 	}

@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"hookbox.dev/hookbox/internal/shellwords"
@@ -25,6 +26,27 @@ func (r *Render) Text(digest string) string {
 		}
 	}
 	line("  engine   %s", engine)
+	if r.Engine.Profile != "" {
+		version := r.Engine.Version
+		if version == "" {
+			version = "unknown"
+		}
+		line("  profile  %s %s (engine version %s)", r.Engine.Kind, r.Engine.Profile, version)
+	}
+	for _, x := range r.Engine.Execs {
+		argv := make([]string, len(x.Argv))
+		for i, a := range x.Argv {
+			argv[i] = shellwords.Quote(a)
+			if slices.Contains(x.Slots, i) {
+				argv[i] = "<any>"
+			}
+		}
+		rest := ""
+		if x.Rest {
+			rest = " …"
+		}
+		line("    exec %-12s %s  argv %s%s  (binary: %s)", x.Name, x.Path, strings.Join(argv, " "), rest, x.Binary)
+	}
 	if r.Init != nil {
 		line("  init     %s, then the engine as its child", r.Init.Path)
 	}
@@ -43,7 +65,17 @@ func (r *Render) Text(digest string) string {
 	}
 	line("  programs")
 	for _, p := range r.Programs {
-		line("    %-40s %s", p.Path, strings.Join(p.Roles, ","))
+		script := ""
+		if sb := p.Shebang; sb != nil {
+			script = "  #!" + sb.Interpreter
+			if sb.Arg != "" {
+				script += " " + sb.Arg
+			}
+			if sb.Hop != "" {
+				script += " → " + sb.Hop
+			}
+		}
+		line("    %-40s %s%s", p.Path, strings.Join(p.Roles, ","), script)
 	}
 	if len(r.Hooks) > 0 {
 		line("  hooks")
