@@ -226,3 +226,57 @@ func TestRealEnginePi(t *testing.T) {
 		t.Errorf("git's output did not reach the model: %+v %v", got, ok)
 	}
 }
+
+// TestRealEngineTimeout: each real engine waits on a model API that
+// accepts and never answers; at the timeout the init forwards SIGTERM to it
+// (as PID 1 Node and Codex would have ignored it), the engine ends within
+// the grace without SIGKILL, and its shutdown hook runs where it has one.
+func TestRealEngineTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		example, secret, baseSuffix string
+		installed                   testenv.Requirement
+		shutdownHook                string // artifact the engine's shutdown hook writes; "" for none
+	}{
+		{"claude.yaml", "ANTHROPIC_API_KEY", "", anthropic.ClaudeInstalled, "session-end"},
+		{"codex.yaml", "OPENAI_API_KEY", "/v1", openai.CodexInstalled, ""}, // 0.171.0 runs Stop only when a turn ends, not on SIGTERM
+		{"gemini.yaml", "GEMINI_API_KEY", "", gemini.GeminiInstalled, "session-end"},
+		{"pi.yaml", "ANTHROPIC_API_KEY", "", pi.PiInstalled, ""},
+	} {
+		t.Run(strings.TrimSuffix(tc.example, ".yaml"), func(t *testing.T) {
+			testenv.RequireIntegration(t, tc.installed)
+			e := newEnv(t)
+			gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
+			h := testnet.NewHost(t)
+			l := h.Listen(t, apiPort)
+			go func() { // accept and hold every connection: no answer ever comes
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					t.Cleanup(func() { c.Close() })
+				}
+			}()
+			e.extraEnv = append(e.extraEnv, tc.secret+"=test-key")
+			base := fmt.Sprintf("http://%s:%d%s", h.Addr(), apiPort, tc.baseSuffix)
+			r := e.runGrace(filepath.Join("..", "examples", "engines", tc.example), "20s",
+				"--set", "base_url="+base, "--set", "workspace="+filepath.Join(e.specDir, "ws"), "--set", "timeout=8s")
+			res := r.mustResult(t)
+			if res.Status != launcher.StatusTimedOut {
+				t.Fatalf("status %s, want timed_out\n%s", res.Status, tail(r.stderr, 2000))
+			}
+			if res.Signal == "killed" {
+				t.Errorf("the engine was SIGKILLed after the grace: SIGTERM did not end it")
+			}
+			if tc.shutdownHook != "" {
+				found := false
+				for _, a := range res.Artifacts {
+					found = found || a.Declared == tc.shutdownHook && a.Status == "found"
+				}
+				if !found {
+					t.Errorf("the %s hook did not run on SIGTERM: %+v (signal %s)", tc.shutdownHook, res.Artifacts, res.Signal)
+				}
+			}
+		})
+	}
+}
