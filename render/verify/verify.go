@@ -69,6 +69,13 @@
 //  3. Hook chains: an exec equal to a hook's Chain[k] (path, argv with slots,
 //     identity when ids has it). Hooks are tried before the allow list, so
 //     a hook's shell is judged as the hook when it runs the hook's command.
+//     3b. Engine exec rules (Engine.Execs, from the engine's profile): an exec
+//     whose Filename is the rule's path and whose argv matches its pattern
+//     (exact elements, slots, any further elements with Rest) and whose
+//     identity is the engine's own (Binary engine: the engine's exe as it
+//     ran) or the runfile's at the path (Binary path). A matching argv with
+//     another identity is engine-exec-binary-differs; with an unknown
+//     identity, exec-identity-unknown unless a later rule accepts it.
 //  4. Allow list: Filename in Trace.Allow with any argv, provided the
 //     identity, when both sides know it, is that program's; or an exec whose
 //     identity is the identity of an allowed program under another path (a
@@ -83,6 +90,19 @@
 // planned. A failed exec of the engine or of a hook chain path is
 // failed-exec; other failed execs are PATH searches and the like (nothing
 // ran) and are only listed in Matched as "failed-ignored".
+//
+// # Interpreter hops
+//
+// A program whose render entry has a Shebang with a Hop (#!/usr/bin/env
+// NAME, NAME found on the container's PATH) makes two execs in one
+// process: the script's (Filename the script, argv [env, NAME, script,
+// args...], exe env) and env's exec of NAME. Once an exec of such a script
+// is accepted by any rule (engine, hook chain, engine exec, allow list),
+// the next exec of the same process must be Hop with argv exactly the
+// script exec's argv without env's own element ([NAME, script, args...])
+// and the runfile's identity: else interpreter-hop-differs. A hop that
+// never comes is interpreter-hop-missing on complete evidence. Failed
+// execs in between (env's PATH search) are ignored as always.
 //
 // # Hook occurrences
 //
@@ -400,7 +420,7 @@ type judge struct {
 	scripts     map[string]*render.Shebang // programs that are "#!" scripts, by container path
 	// hops are the env interpreter hops still expected, by pid: the next
 	// exec of that process must be this one.
-	hops map[int]pendingHop
+	hops     map[int]pendingHop
 	hooks    []*hookRule
 	initAt   int    // position of the init event in events, -1 if none
 	engineAt int    // position of the engine event in events, -1 if none
