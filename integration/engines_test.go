@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,13 @@ type engineTask struct {
 	secret     string
 	wantRules  []string // verdict Matched rules the run must show
 	requestsAt func() int
+	// answer is the artifact that carries the result, and what it must hold.
+	answer    string
+	answerHas []string
+	// modelTurns counts the API's model requests; toolOutput is what the
+	// second one carried back from the first tool call (git's output).
+	modelTurns func() int
+	toolOutput func() (string, bool)
 }
 
 // runEngineTask runs the example against the scripted API at task.baseURL
@@ -85,7 +93,41 @@ func runEngineTask(t *testing.T, e *env, task engineTask, apiAddr string) *launc
 	if task.requestsAt != nil && len(attempts) > task.requestsAt() {
 		t.Errorf("network.jsonl has %d attempts, the API saw %d requests", len(attempts), task.requestsAt())
 	}
+	got := artifactText(t, res, task.answer)
+	for _, want := range task.answerHas {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s lacks %q:\n%s", task.answer, want, got)
+		}
+	}
+	if n := task.modelTurns(); n < 3 {
+		t.Errorf("%d model requests, want the 3 scripted turns", n)
+	} else if out, ok := task.toolOutput(); !ok || !strings.Contains(out, commitSubject) {
+		t.Errorf("git's output did not reach the model: %q (found %v)", out, ok)
+	}
 	return res
+}
+
+// newEngineEnv is a test's hookbox world with a git workspace whose last
+// commit is commitSubject, and a test host for the scripted API.
+func newEngineEnv(t *testing.T) (*env, *testnet.Host) {
+	t.Helper()
+	e := newEnv(t)
+	gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
+	return e, testnet.NewHost(t)
+}
+
+// holdConnections accepts every connection on l and never answers: a model
+// API that hangs.
+func holdConnections(t *testing.T, l net.Listener) {
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
 }
 
 func readRecordFile(res *launcher.Result, name string) string {
@@ -117,9 +159,7 @@ func artifactText(t *testing.T, res *launcher.Result, name string) string {
 
 func TestRealEngineClaude(t *testing.T) {
 	testenv.RequireIntegration(t, anthropic.ClaudeInstalled)
-	e := newEnv(t)
-	gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
-	h := testnet.NewHost(t)
+	e, h := newEngineEnv(t)
 	api, base := anthropic.Start(t, h.Listen(t, apiPort), anthropic.Script{
 		{ToolUse: &anthropic.ToolUse{Name: "Bash", Input: map[string]string{"command": "git -C /workspace log -1 --format=%s", "description": "read the last commit"}}},
 		{Text: "Writing it down.", ToolUse: &anthropic.ToolUse{Name: "Write", Input: map[string]string{"file_path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
@@ -131,23 +171,20 @@ func TestRealEngineClaude(t *testing.T) {
 		secret:     "ANTHROPIC_API_KEY",
 		wantRules:  []string{"init", "engine", "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:pre-bash", "hook:stop"},
 		requestsAt: func() int { return len(api.Requests()) },
+		answer:     "answer.md",
+		answerHas:  []string{"# Last commit\n"},
+		modelTurns: func() int { return len(api.ModelRequests()) },
+		toolOutput: func() (string, bool) {
+			got, ok := api.ModelRequests()[1].ToolResult(anthropic.ToolUseID(0))
+			return got.Content.Text(), ok
+		},
 	}
-	res := runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
-	if got := artifactText(t, res, "answer.md"); got != "# Last commit\n" {
-		t.Errorf("answer.md %q", got)
-	}
-	if reqs := api.ModelRequests(); len(reqs) < 3 {
-		t.Errorf("%d model requests, want the 3 scripted turns", len(reqs))
-	} else if got, ok := reqs[1].ToolResult(anthropic.ToolUseID(0)); !ok || !strings.Contains(got.Content.Text(), commitSubject) {
-		t.Errorf("git's output did not reach the model: %+v %v", got, ok)
-	}
+	runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
 }
 
 func TestRealEngineCodex(t *testing.T) {
 	testenv.RequireIntegration(t, openai.CodexInstalled)
-	e := newEnv(t)
-	gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
-	h := testnet.NewHost(t)
+	e, h := newEngineEnv(t)
 	api, base := openai.Start(t, h.Listen(t, apiPort), openai.Script{
 		{Call: &openai.Call{Name: "exec_command", Arguments: map[string]any{"cmd": "git log -1 --format=%s", "tty": false}}},
 		{Text: "Writing it down.", Custom: &openai.CustomCall{Name: "apply_patch", Input: "*** Begin Patch\n*** Add File: answer.md\n+# Last commit\n*** End Patch\n"}},
@@ -159,23 +196,17 @@ func TestRealEngineCodex(t *testing.T) {
 		secret:     "OPENAI_API_KEY",
 		wantRules:  []string{"init", "engine", "engine-exec:process-setup", "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:pre-tool", "hook:stop"},
 		requestsAt: func() int { return len(api.Requests()) },
+		answer:     "workspace.patch",
+		answerHas:  []string{"+++ b/answer.md", "+# Last commit"},
+		modelTurns: func() int { return len(api.ModelRequests()) },
+		toolOutput: func() (string, bool) { return api.ModelRequests()[1].CallOutput(openai.CallID(0)) },
 	}
-	res := runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
-	if patch := artifactText(t, res, "workspace.patch"); !strings.Contains(patch, "+++ b/answer.md") || !strings.Contains(patch, "+# Last commit") {
-		t.Errorf("workspace.patch does not add answer.md:\n%s", patch)
-	}
-	if reqs := api.ModelRequests(); len(reqs) < 3 {
-		t.Errorf("%d model requests, want the 3 scripted turns", len(reqs))
-	} else if got, ok := reqs[1].CallOutput(openai.CallID(0)); !ok || !strings.Contains(got, commitSubject) {
-		t.Errorf("git's output did not reach the model: %q %v", got, ok)
-	}
+	runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
 }
 
 func TestRealEngineGemini(t *testing.T) {
 	testenv.RequireIntegration(t, gemini.GeminiInstalled)
-	e := newEnv(t)
-	gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
-	h := testnet.NewHost(t)
+	e, h := newEngineEnv(t)
 	api, base := gemini.Start(t, h.Listen(t, apiPort), gemini.Script{
 		{Call: &gemini.Call{Name: "run_shell_command", Args: map[string]string{"command": "git log -1 --format=%s"}}},
 		{Text: "Writing it down.", Call: &gemini.Call{Name: "write_file", Args: map[string]string{"file_path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
@@ -187,23 +218,20 @@ func TestRealEngineGemini(t *testing.T) {
 		secret:     "GEMINI_API_KEY",
 		wantRules:  []string{"init", "engine", "hop:" + gemini.GeminiEngine, "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:before-shell", "hook:after-agent"},
 		requestsAt: func() int { return len(api.Requests()) },
+		answer:     "answer.md",
+		answerHas:  []string{"# Last commit\n"},
+		modelTurns: func() int { return len(api.ModelRequests()) },
+		toolOutput: func() (string, bool) {
+			got, ok := api.ModelRequests()[1].FunctionResponse(gemini.CallID(0))
+			return string(got.Response), ok
+		},
 	}
-	res := runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
-	if got := artifactText(t, res, "answer.md"); got != "# Last commit\n" {
-		t.Errorf("answer.md %q", got)
-	}
-	if reqs := api.ModelRequests(); len(reqs) < 3 {
-		t.Errorf("%d model requests, want the 3 scripted turns", len(reqs))
-	} else if got, ok := reqs[1].FunctionResponse(gemini.CallID(0)); !ok || !strings.Contains(string(got.Response), commitSubject) {
-		t.Errorf("git's output did not reach the model: %+v %v", got, ok)
-	}
+	runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
 }
 
 func TestRealEnginePi(t *testing.T) {
 	testenv.RequireIntegration(t, pi.PiInstalled)
-	e := newEnv(t)
-	gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
-	h := testnet.NewHost(t)
+	e, h := newEngineEnv(t)
 	api, base := anthropic.Start(t, h.Listen(t, apiPort), anthropic.Script{
 		{ToolUse: &anthropic.ToolUse{Name: "bash", Input: map[string]string{"command": "git -C /workspace log -1 --format=%s"}}},
 		{Text: "Writing it down.", ToolUse: &anthropic.ToolUse{Name: "write", Input: map[string]string{"path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
@@ -215,16 +243,15 @@ func TestRealEnginePi(t *testing.T) {
 		secret:     "ANTHROPIC_API_KEY",
 		wantRules:  []string{"init", "engine", "hop:" + pi.PiEngine, "engine-exec:tool-shell", "allow:/usr/bin/git"},
 		requestsAt: func() int { return len(api.Requests()) },
+		answer:     "answer.md",
+		answerHas:  []string{"# Last commit\n"},
+		modelTurns: func() int { return len(api.ModelRequests()) },
+		toolOutput: func() (string, bool) {
+			got, ok := api.ModelRequests()[1].ToolResult(anthropic.ToolUseID(0))
+			return got.Content.Text(), ok
+		},
 	}
-	res := runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
-	if got := artifactText(t, res, "answer.md"); got != "# Last commit\n" {
-		t.Errorf("answer.md %q", got)
-	}
-	if reqs := api.ModelRequests(); len(reqs) < 3 {
-		t.Errorf("%d model requests, want the 3 scripted turns", len(reqs))
-	} else if got, ok := reqs[1].ToolResult(anthropic.ToolUseID(0)); !ok || !strings.Contains(got.Content.Text(), commitSubject) {
-		t.Errorf("git's output did not reach the model: %+v %v", got, ok)
-	}
+	runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
 }
 
 // TestRealEngineTimeout: each real engine waits on a model API that
@@ -244,19 +271,8 @@ func TestRealEngineTimeout(t *testing.T) {
 	} {
 		t.Run(strings.TrimSuffix(tc.example, ".yaml"), func(t *testing.T) {
 			testenv.RequireIntegration(t, tc.installed)
-			e := newEnv(t)
-			gitWorkspace(t, filepath.Join(e.specDir, "ws"), commitSubject)
-			h := testnet.NewHost(t)
-			l := h.Listen(t, apiPort)
-			go func() { // accept and hold every connection: no answer ever comes
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					t.Cleanup(func() { c.Close() })
-				}
-			}()
+			e, h := newEngineEnv(t)
+			holdConnections(t, h.Listen(t, apiPort))
 			e.extraEnv = append(e.extraEnv, tc.secret+"=test-key")
 			base := fmt.Sprintf("http://%s:%d%s", h.Addr(), apiPort, tc.baseSuffix)
 			r := e.runGrace(filepath.Join("..", "examples", "engines", tc.example), "20s",
