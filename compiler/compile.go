@@ -116,6 +116,9 @@ func Compile(p *Parsed) (*render.Render, error) {
 	c.baseEnv()
 	c.profileEnv()
 	c.egress()
+	if err := c.gateways(); err != nil {
+		return nil, err
+	}
 	if base := s.Engine.BaseURL; base != "" && c.def.baseURL != nil {
 		if err := c.def.baseURL(c, base); err != nil {
 			return nil, err
@@ -301,8 +304,10 @@ func (c *compilation) baseEnv() {
 	for name, value := range s.Env.Set {
 		c.setEnv(name, render.EnvSet, value)
 	}
-	for _, name := range s.Secrets {
-		c.setEnv(name, render.EnvSecret, "")
+	for _, sec := range s.Secrets {
+		if sec.Gateway == "" { // a gateway secret's variable holds a placeholder (gateways)
+			c.setEnv(sec.Name, render.EnvSecret, "")
+		}
 	}
 }
 

@@ -206,7 +206,7 @@ func (c *compilation) hookSettings(handler func(h *Hook) any) (string, error) {
 // also gives (env.set, env.allow or secrets).
 func baseURLEnvGiven(s *SpawnSpec, def *engineDef) (string, bool) {
 	for _, name := range def.baseURLEnv {
-		if _, set := s.Env.Set[name]; set || slices.Contains(s.Env.Allow, name) || slices.Contains(s.Secrets, name) {
+		if _, set := s.Env.Set[name]; set || slices.Contains(s.Env.Allow, name) || slices.Contains(s.SecretNames(), name) {
 			return name, true
 		}
 	}

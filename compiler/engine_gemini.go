@@ -120,7 +120,7 @@ func buildGemini(c *compilation) error {
 // geminiUsesAPIKey: the spawn gives the engine GEMINI_API_KEY.
 func geminiUsesAPIKey(s *SpawnSpec) bool {
 	_, set := s.Env.Set["GEMINI_API_KEY"]
-	return set || slices.Contains(s.Secrets, "GEMINI_API_KEY") || slices.Contains(s.Env.Allow, "GEMINI_API_KEY")
+	return set || slices.Contains(s.SecretNames(), "GEMINI_API_KEY") || slices.Contains(s.Env.Allow, "GEMINI_API_KEY")
 }
 
 // addGeminiSettings writes the user settings file: the hooks, the auth

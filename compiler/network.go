@@ -312,10 +312,13 @@ func urlDestination(raw string) (dest render.Destination, loopback bool, err err
 // result, which becomes p.egress.
 func (p *Parsed) validateNetwork(diags *diagnostics, def *engineDef) {
 	s := &p.Spawn.Spec
-	if s.Network.Allow == nil {
+	gateways := p.gatewayDestinations()
+	if s.Network.Allow == nil && len(gateways) == 0 {
 		return
 	}
-	var allow []render.Destination
+	// A gateway's upstream is allowed automatically; with no network
+	// block, it is the only destination.
+	allow := gateways
 	first := map[string]int{}
 	for i, entry := range s.Network.Allow {
 		field := fmt.Sprintf("spec.network.allow[%d]", i)
@@ -415,7 +418,7 @@ func (p *Parsed) checkBaseURLs(diags *diagnostics, def *engineDef, egress *rende
 			p.errf(diags, fmt.Sprintf("spec.env.allow[%d]", i), "give its value in env.set, so the compiler can check it against spec.network.allow",
 				"%s is copied from the host at launch, so it cannot be checked against the allowlist", name)
 		}
-		if i := slices.Index(s.Secrets, name); i >= 0 {
+		if i := slices.Index(s.SecretNames(), name); i >= 0 {
 			p.errf(diags, fmt.Sprintf("spec.secrets[%d]", i), "give its value in env.set, so the compiler can check it against spec.network.allow",
 				"%s is resolved at launch, so it cannot be checked against the allowlist", name)
 		}

@@ -70,6 +70,7 @@ var handWritten = map[reflect.Type]map[string]any{
 	reflect.TypeFor[Command]():   commandSchema,
 	reflect.TypeFor[Network]():   networkSchema,
 	reflect.TypeFor[Workspace](): workspaceSchema,
+	reflect.TypeFor[Secret]():    secretSchema,
 }
 
 func (g *schemaGen) schemaFor(t reflect.Type) map[string]any {

@@ -111,6 +111,7 @@ func (p *Parsed) validate(diags *diagnostics, readFile func(string) ([]byte, err
 	p.validateEnv(diags)
 	p.validateLimits(diags, def)
 
+	p.validateGateways(diags, def)
 	p.validateNetwork(diags, def)
 
 	seenArtifacts := map[string]bool{}
@@ -337,7 +338,7 @@ func (p *Parsed) validateEnv(diags *diagnostics) {
 		claim(name, field)
 	}
 	if len(s.Secrets) > 0 {
-		if err := secretsconf.CheckNames(s.Secrets); err != nil {
+		if err := secretsconf.CheckNames(s.SecretNames()); err != nil {
 			// Refusal is total (docs/contracts.md §3): the whole block is rejected.
 			field := "spec.secrets"
 			var refused *secretsconf.RefusedError
@@ -351,7 +352,7 @@ func (p *Parsed) validateEnv(diags *diagnostics) {
 			}
 			return
 		}
-		for i, name := range s.Secrets {
+		for i, name := range s.SecretNames() {
 			claim(name, fmt.Sprintf("spec.secrets[%d]", i))
 		}
 	}
@@ -410,7 +411,7 @@ func (p *Parsed) validateScript(diags *diagnostics, def *engineDef) {
 	for n := range s.Env.Set {
 		envNames[n] = true
 	}
-	for _, n := range s.Secrets {
+	for _, n := range s.SecretNames() {
 		envNames[n] = true
 	}
 	for i, step := range s.Engine.Script {

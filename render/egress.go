@@ -54,6 +54,7 @@ const (
 	SourceSpec     = "spec"      // written in spec.network.allow
 	SourceModelAPI = "model-api" // the engine's provider, from the shorthand
 	SourceMCP      = "mcp:"      // + server name: an HTTP MCP server's URL
+	SourceGateway  = "gateway:"  // + kind: a model gateway's upstream
 )
 
 // Destination is one host and port the proxy may connect to.
@@ -61,7 +62,7 @@ type Destination struct {
 	Host   string `json:"host"` // lowercase name, "*.example.com", or an IP literal without brackets
 	Port   int    `json:"port"`
 	Kind   string `json:"kind"`   // DestName, DestWildcard or DestIP
-	Source string `json:"source"` // SourceSpec, SourceModelAPI or SourceMCP+name: why it is allowed
+	Source string `json:"source"` // SourceSpec, SourceModelAPI, SourceMCP+name or SourceGateway+kind: why it is allowed
 }
 
 // Address is host:port, with brackets around an IPv6 address.
@@ -133,12 +134,31 @@ func sourceRank(source string) int {
 		return 1
 	case strings.HasPrefix(source, SourceMCP):
 		return 2
+	case strings.HasPrefix(source, SourceGateway):
+		return 3
 	}
-	return 3
+	return 4
 }
 
 func (e *Egress) sort() {
 	slices.SortFunc(e.Allow, func(a, b Destination) int {
 		return cmp.Or(strings.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port), strings.Compare(a.Source, b.Source))
 	})
+}
+
+// Gateway is hookbox's model gateway for one provider API: a plain-HTTP
+// endpoint at Listen inside the container's network namespace that the
+// engine's base URL points at. Each request goes out over TLS to Upstream
+// with Header set to Prefix + the value of the secret Secret, resolved on
+// the host at launch; the engine's own credential headers are dropped. The
+// engine's variable Secret holds only Placeholder.
+type Gateway struct {
+	Kind        string   `json:"kind"`
+	Listen      string   `json:"listen"`
+	Upstream    string   `json:"upstream"` // https://HOST[:PORT]
+	Header      string   `json:"header"`
+	Prefix      string   `json:"prefix,omitempty"`
+	Paths       []string `json:"paths"` // request path prefixes forwarded; others are refused
+	Secret      string   `json:"secret"`
+	Placeholder string   `json:"placeholder"`
 }

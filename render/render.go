@@ -71,6 +71,7 @@ type Render struct {
 	Limits        Limits            `json:"limits"`
 	Network       string            `json:"network"`          // NetworkNone or NetworkAllowlist
 	Egress        *Egress           `json:"egress,omitempty"` // exactly for NetworkAllowlist
+	Gateways      []Gateway         `json:"gateways,omitempty"`
 	Trace         TracePolicy       `json:"trace"`
 	Artifacts     []string          `json:"artifacts,omitempty"`
 	Notes         []string          `json:"notes,omitempty"`
