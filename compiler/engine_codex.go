@@ -19,6 +19,15 @@ import (
 // servers carry env or headers, a 0600 config.toml are seeded there. Codex
 // runs hooks as `/bin/bash -c "<command>"`, so hookbox generates the command
 // string with exact POSIX quoting.
+//
+// MCP servers: every server's transport (command and args, or url) is a -c
+// override, the top layer, so a same-named server in a trusted workspace's
+// .codex/config.toml cannot replace it. Env and headers never go on argv: a
+// server that has them is also written whole (transport and its env or
+// http_headers table) to config.toml. Codex 0.171.0 validates every config
+// file on its own under --strict-config and the merged config always, so
+// every mcp_servers entry, in the file and in the -c layer, names its
+// transport: an env table alone fails with "invalid transport".
 
 var codexHome = path.Join(render.RunDir, "codex")
 
@@ -147,7 +156,12 @@ func buildCodex(c *compilation) error {
 // codexMCPOverrides are the -c overrides for an explicit MCP set. An empty
 // override merges rather than replaces, so exclusivity means disabling by
 // name every server the workspace's .codex/config.toml declares
-// (CODEX_HOME is hookbox's own, so it declares none of its own).
+// (CODEX_HOME is hookbox's own, so it declares none of its own). Codex
+// loads that file only for a trusted project (never by default; `--trust`
+// among the args), and a disable with no transport under it fails the
+// whole config, so each disable carries a placeholder transport of the
+// server's own kind: a command for a stdio server, a url for a remote one
+// (a mismatch is also an error once the workspace's file loads).
 func codexMCPOverrides(c *compilation) any {
 	servers := c.spec.MCPServers
 	if servers == nil {
@@ -155,27 +169,53 @@ func codexMCPOverrides(c *compilation) any {
 	}
 	var out []string
 	for _, name := range sortedKeys(*servers) {
-		s := (*servers)[name]
-		key := "mcp_servers." + name + "."
-		if len(s.Command) > 0 {
-			out = append(out, key+"command="+toml.Quote(s.Command[0]), key+"args="+toml.QuoteArray(s.Command[1:]))
-		} else {
-			out = append(out, key+"url="+toml.Quote(s.URL))
+		for _, kv := range codexTransport((*servers)[name]) {
+			out = append(out, "mcp_servers."+name+"."+kv[0]+"="+kv[1])
 		}
 	}
-	for _, name := range c.p.workspaceCodexServers {
-		if _, ours := (*servers)[name]; !ours {
-			out = append(out, "mcp_servers."+name+".enabled=false")
+	for _, ws := range c.p.workspaceCodexServers {
+		if _, ours := (*servers)[ws.name]; ours {
+			continue
 		}
+		key := "mcp_servers." + ws.name + "."
+		placeholder := key + "command=" + toml.Quote(codexDisabledCommand)
+		if ws.remote {
+			placeholder = key + "url=" + toml.Quote(codexDisabledURL)
+		}
+		out = append(out, key+"enabled=false", placeholder)
 	}
 	return out
 }
 
-// codexCredentialsTOML holds server env and headers, which never go on argv.
+// The placeholder transports of disabled workspace servers: never started,
+// named so that the render says why they are there.
+const (
+	codexDisabledCommand = "disabled-by-hookbox"
+	codexDisabledURL     = "http://disabled-by-hookbox.invalid"
+)
+
+// codexTransport is a server's transport keys with their TOML values:
+// command and args for a stdio server, url for a remote one.
+func codexTransport(s MCPServer) [][2]string {
+	if len(s.Command) > 0 {
+		return [][2]string{{"command", toml.Quote(s.Command[0])}, {"args", toml.QuoteArray(s.Command[1:])}}
+	}
+	return [][2]string{{"url", toml.Quote(s.URL)}}
+}
+
+// codexCredentialsTOML defines in full every server that has env or
+// headers, which never go on argv; "" when none has.
 func codexCredentialsTOML(servers map[string]MCPServer) string {
 	var b strings.Builder
 	for _, name := range sortedKeys(servers) {
 		s := servers[name]
+		if len(s.Env) == 0 && len(s.Headers) == 0 {
+			continue
+		}
+		b.WriteString("[mcp_servers." + name + "]\n")
+		for _, kv := range codexTransport(s) {
+			b.WriteString(kv[0] + " = " + kv[1] + "\n")
+		}
 		for _, table := range []struct {
 			suffix string
 			values map[string]string
@@ -209,20 +249,48 @@ func (c *compilation) addCodexHooks() error {
 	return nil
 }
 
-var codexServerTable = regexp.MustCompile(`^\s*\[\s*mcp_servers\.("?)([A-Za-z0-9_-]+)("?)\s*[\].]`)
+// codexWorkspaceServer is an MCP server a workspace's .codex/config.toml
+// declares: its name, and whether it is remote (a url in its table).
+type codexWorkspaceServer struct {
+	name   string
+	remote bool
+}
 
-// codexWorkspaceServers lists the MCP server names a workspace's
-// .codex/config.toml declares, from its table headers.
-func codexWorkspaceServers(data []byte) []string {
-	var names []string
+var (
+	codexServerTable = regexp.MustCompile(`^\s*\[\s*mcp_servers\.("?)([A-Za-z0-9_-]+)("?)\s*([\].])`)
+	codexTableHeader = regexp.MustCompile(`^\s*\[`)
+	codexURLKey      = regexp.MustCompile(`^\s*("?)url("?)\s*=`)
+)
+
+// codexWorkspaceServers lists the MCP servers a workspace's
+// .codex/config.toml declares, from its table headers, sorted by name. A
+// server is remote when its own [mcp_servers.NAME] table sets url.
+func codexWorkspaceServers(data []byte) []codexWorkspaceServer {
+	var servers []codexWorkspaceServer
+	current := -1 // index of the server whose own table the line is in
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
-		if m := codexServerTable.FindStringSubmatch(sc.Text()); m != nil && m[1] == m[3] {
-			if !slices.Contains(names, m[2]) {
-				names = append(names, m[2])
+		line := sc.Text()
+		if codexTableHeader.MatchString(line) {
+			current = -1
+			m := codexServerTable.FindStringSubmatch(line)
+			if m == nil || m[1] != m[3] {
+				continue
 			}
+			i := slices.IndexFunc(servers, func(s codexWorkspaceServer) bool { return s.name == m[2] })
+			if i < 0 {
+				servers = append(servers, codexWorkspaceServer{name: m[2]})
+				i = len(servers) - 1
+			}
+			if m[4] == "]" {
+				current = i
+			}
+			continue
+		}
+		if m := codexURLKey.FindStringSubmatch(line); current >= 0 && m != nil && m[1] == m[2] {
+			servers[current].remote = true
 		}
 	}
-	slices.Sort(names)
-	return names
+	slices.SortFunc(servers, func(a, b codexWorkspaceServer) int { return strings.Compare(a.name, b.name) })
+	return servers
 }

@@ -230,7 +230,7 @@ func TestMCPUnsetVersusEmpty(t *testing.T) {
 	parsed, err := Parse([]byte(spawnYAML("{kind: codex, path: /opt/codex}", "  prompt: x", "  mcpServers: {mine: {url: 'https://m.invalid'}}")),
 		"t.yaml", "/specs", func(name string) ([]byte, error) {
 			if name == "/ws/.codex/config.toml" {
-				return []byte("[mcp_servers.github]\ncommand = \"gh\"\n[mcp_servers.github.env]\nX = \"1\"\n[mcp_servers.\"mine\"]\nurl = \"x\"\n[other]\n"), nil
+				return []byte("[mcp_servers.github]\ncommand = \"gh\"\n[mcp_servers.github.env]\nX = \"1\"\n[mcp_servers.\"mine\"]\nurl = \"x\"\n[mcp_servers.remote]\nurl = \"https://r\"\n[other]\n"), nil
 			}
 			return nil, errNoFiles
 		})
@@ -241,12 +241,109 @@ func TestMCPUnsetVersusEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(r.Process.Argv, "mcp_servers.github.enabled=false") {
-		t.Errorf("codex must disable the workspace's github server: %q", r.Process.Argv)
+	// A disable stands alone when Codex does not load the workspace's file
+	// (an untrusted project), so it carries a placeholder transport.
+	for _, want := range []string{"mcp_servers.github.enabled=false", `mcp_servers.github.command="disabled-by-hookbox"`,
+		"mcp_servers.remote.enabled=false", `mcp_servers.remote.url="http://disabled-by-hookbox.invalid"`} {
+		if !slices.Contains(r.Process.Argv, want) {
+			t.Errorf("codex must disable the workspace's own servers with %s: %q", want, r.Process.Argv)
+		}
 	}
 	if slices.Contains(r.Process.Argv, "mcp_servers.mine.enabled=false") {
 		t.Errorf("codex must not disable a server the spec declares: %q", r.Process.Argv)
 	}
+}
+
+func TestCodexMCPConfig(t *testing.T) {
+	cases := []struct {
+		name    string
+		servers string
+		argv    []string // the MCP overrides, each after a -c
+		config  string   // config.toml; "" for no file
+	}{
+		{
+			name:    "no credentials: overrides only",
+			servers: "{docs: {command: [/opt/docs]}, web: {url: 'https://w.invalid/mcp'}}",
+			argv:    []string{`mcp_servers.docs.command="/opt/docs"`, `mcp_servers.docs.args=[]`, `mcp_servers.web.url="https://w.invalid/mcp"`},
+		},
+		{
+			name:    "env: the server whole in the file, its transport also an override",
+			servers: "{docs: {command: [/opt/docs, --stdio], env: {LEVEL: '2'}}}",
+			argv:    []string{`mcp_servers.docs.command="/opt/docs"`, `mcp_servers.docs.args=["--stdio"]`},
+			config:  "[mcp_servers.docs]\ncommand = \"/opt/docs\"\nargs = [\"--stdio\"]\n[mcp_servers.docs.env]\n\"LEVEL\" = \"2\"\n",
+		},
+		{
+			name:    "headers, quoted",
+			servers: `{web: {url: 'https://w.invalid/"q"', headers: {X-Key: 'a"b\c'}}, plain: {url: 'https://p.invalid'}}`,
+			argv:    []string{`mcp_servers.plain.url="https://p.invalid"`, `mcp_servers.web.url="https://w.invalid/\"q\""`},
+			config:  "[mcp_servers.web]\nurl = \"https://w.invalid/\\\"q\\\"\"\n[mcp_servers.web.http_headers]\n\"X-Key\" = \"a\\\"b\\\\c\"\n",
+		},
+		{
+			name:    "env with a newline",
+			servers: `{s: {command: [/opt/s, 'two words'], env: {B: "x\ny", A: '1'}}}`,
+			argv:    []string{`mcp_servers.s.command="/opt/s"`, `mcp_servers.s.args=["two words"]`},
+			config:  "[mcp_servers.s]\ncommand = \"/opt/s\"\nargs = [\"two words\"]\n[mcp_servers.s.env]\n\"A\" = \"1\"\n\"B\" = \"x\\ny\"\n",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := compileSpec(t, spawnYAML("{kind: codex, path: /opt/codex}", "  prompt: x", "  mcpServers: "+tc.servers))
+			var got []string
+			for i, arg := range r.Engine.Exec.Argv {
+				if arg == "-c" && strings.HasPrefix(r.Engine.Exec.Argv[i+1], "mcp_servers.") {
+					got = append(got, r.Engine.Exec.Argv[i+1])
+				}
+			}
+			if !slices.Equal(got, tc.argv) {
+				t.Errorf("MCP overrides\n got %q\nwant %q", got, tc.argv)
+			}
+			f, ok := fileContent(r, "/run/hookbox/codex/config.toml")
+			if ok != (tc.config != "") || f.Content != tc.config {
+				t.Errorf("config.toml (present %v)\n got %q\nwant %q", ok, f.Content, tc.config)
+			}
+			if ok && f.Mode != 0o600 {
+				t.Errorf("config.toml mode %o, want 0600", f.Mode)
+			}
+		})
+	}
+}
+
+func TestCodexWorkspaceServers(t *testing.T) {
+	cases := []struct {
+		name, config string
+		want         []codexWorkspaceServer
+	}{
+		{"none", "model = \"x\"\n[other]\nurl = \"u\"\n", nil},
+		{"stdio and remote, sorted", "[mcp_servers.web]\nurl = \"https://w\"\n[mcp_servers.gh]\ncommand = \"gh\"\n",
+			[]codexWorkspaceServer{{name: "gh"}, {name: "web", remote: true}}},
+		{"quoted header and key", "[mcp_servers.\"q\"]\n  \"url\" = \"x\"\n", []codexWorkspaceServer{{name: "q", remote: true}}},
+		{"url in a sub-table is not the transport", "[mcp_servers.s]\ncommand = \"s\"\n[mcp_servers.s.env]\nurl = \"not a transport\"\n",
+			[]codexWorkspaceServer{{name: "s"}}},
+		{"sub-table first, then the server's own", "[mcp_servers.r.http_headers]\nA = \"1\"\n[mcp_servers.r]\nurl = \"x\"\n",
+			[]codexWorkspaceServer{{name: "r", remote: true}}},
+		{"url after the table ends", "[mcp_servers.s]\ncommand = \"s\"\n[profiles.p]\nurl = \"x\"\n", []codexWorkspaceServer{{name: "s"}}},
+		{"mismatched quotes ignored", "[mcp_servers.\"bad]\nurl = \"x\"\n", nil},
+		{"url_like key is not url", "[mcp_servers.s]\nurl_extra = 1\ncommand = \"s\"\n", []codexWorkspaceServer{{name: "s"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := codexWorkspaceServers([]byte(tc.config)); !slices.Equal(got, tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzCodexWorkspaceServers(f *testing.F) {
+	f.Add([]byte("[mcp_servers.a]\nurl = \"x\"\n[mcp_servers.b.env]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		servers := codexWorkspaceServers(data)
+		for i, s := range servers {
+			if !mcpName.MatchString(s.name) || (i > 0 && servers[i-1].name >= s.name) {
+				t.Fatalf("servers %+v: names must be usable config keys, sorted and unique", servers)
+			}
+		}
+	})
 }
 
 func TestMCPCredentialsNeverOnArgv(t *testing.T) {

@@ -28,7 +28,7 @@ type Parsed struct {
 
 	// workspaceCodexServers are the MCP servers the workspace's own
 	// .codex/config.toml declares (read only for codex with an explicit set).
-	workspaceCodexServers []string
+	workspaceCodexServers []codexWorkspaceServer
 	// egress is the allowlist of spec.network, normalised; nil for none.
 	egress *render.Egress
 
