@@ -77,11 +77,6 @@ func (s *SpawnSpec) SecretNames() []string {
 	return out
 }
 
-// engineSecret reports whether name is a secret the engine gets.
-func (s *SpawnSpec) engineSecret(name string) bool {
-	return slices.ContainsFunc(s.Secrets, func(sec Secret) bool { return sec.Name == name && sec.Gateway == "" })
-}
-
 // gatewayKind is one provider API the gateway can serve.
 type gatewayKind struct {
 	name string

@@ -107,7 +107,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	}
 	// Values are resolved before anything exists: a missing secret leaves
 	// nothing behind, and they go to the container's environment only.
-	env, err := resolveEnv(ctx, r, opts.SecretLookup)
+	env, credentials, err := resolveEnv(ctx, r, opts.SecretLookup)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("launcher: run record: %w", err)
 	}
 	x := &execution{
-		opts: opts, env: env, r: r, id: id, dir: dir, started: started,
+		opts: opts, env: env, credentials: credentials, r: r, id: id, dir: dir, started: started,
 		ctx: namespaces.WithNamespace(ctx, oci.Namespace),
 		result: &Result{SchemaVersion: ResultSchemaVersion, RunID: id, Spawn: r.Spawn, StartedAt: started.UTC(), RecordDir: dir,
 			Trace: TraceResult{Status: verify.StatusUnchecked, Reasons: []string{ReasonTracerNotRun}}},
@@ -137,13 +137,16 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 
 // execution is one run in progress.
 type execution struct {
-	opts    Options
-	env     map[string]string // launch-time values of host and secret variables
-	r       *render.Render
-	id, dir string
-	ctx     context.Context
-	started time.Time
-	result  *Result
+	opts Options
+	env  map[string]string // launch-time values of host and secret variables
+	// credentials are the gateways' secret values, by secret name: host
+	// side only (startEgress).
+	credentials map[string]string
+	r           *render.Render
+	id, dir     string
+	ctx         context.Context
+	started     time.Time
+	result      *Result
 
 	treeDir   string
 	rootfs    []mount.Mount

@@ -63,6 +63,7 @@ func (b *builder) proxyContainer() (corev1.Container, error) {
 			PeriodSeconds: 1, TimeoutSeconds: 1, FailureThreshold: 30,
 		},
 		Resources:       corev1.ResourceRequirements{Limits: small, Requests: small.DeepCopy()},
+		Env:             b.gatewaySecrets(),
 		VolumeMounts:    []corev1.VolumeMount{{Name: volRender, MountPath: ProxyRenderDir, ReadOnly: true}},
 		SecurityContext: containerSecurity(ProxyUID, ProxyUID),
 	}, nil
@@ -262,4 +263,17 @@ func egressNotes(e *render.Egress, cilium bool) []string {
 		notes = append(notes, "egress only where the CNI enforces NetworkPolicy")
 	}
 	return notes
+}
+
+// gatewaySecrets are the sidecar's variables: each gateway's secret from
+// the Secret, which the engine container never references (its variable
+// holds the render's placeholder).
+func (b *builder) gatewaySecrets() []corev1.EnvVar {
+	var out []corev1.EnvVar
+	for _, g := range b.r.Gateways {
+		out = append(out, corev1.EnvVar{Name: g.Secret, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: b.opts.SecretName}, Key: g.Secret,
+		}}})
+	}
+	return out
 }

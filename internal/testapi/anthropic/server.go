@@ -6,6 +6,8 @@
 package anthropic
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -44,12 +46,17 @@ type Script []Turn
 const FinalText = "Done."
 
 // Request is one HTTP request the server received. Credentials are never
-// recorded, only whether some were sent.
+// recorded, only whether some were sent and the digest of x-api-key.
 type Request struct {
 	Method, Path, RawQuery string
-	Header                 http.Header      // without x-api-key and authorization
-	HasAPIKey              bool             // x-api-key or authorization was sent
-	Messages               *MessagesRequest // the decoded body of a model request
+	Header                 http.Header // without x-api-key and authorization
+	HasAPIKey              bool        // x-api-key or authorization was sent
+	// APIKeySHA256 is the hex sha256 of the x-api-key value ("" if none),
+	// so a test can check which key arrived without holding it.
+	APIKeySHA256 string
+	// Authorization: an Authorization header was sent too.
+	Authorization bool
+	Messages      *MessagesRequest // the decoded body of a model request
 }
 
 // MessagesRequest is the part of a Messages API request body tests look at.
@@ -186,6 +193,11 @@ func (s *Server) ModelRequests() []*MessagesRequest {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone()}
 	rec.HasAPIKey = rec.Header.Get("X-Api-Key") != "" || rec.Header.Get("Authorization") != ""
+	rec.Authorization = len(rec.Header.Values("Authorization")) > 0
+	if keys := rec.Header.Values("X-Api-Key"); len(keys) > 0 {
+		sum := sha256.Sum256([]byte(strings.Join(keys, "\x00")))
+		rec.APIKeySHA256 = hex.EncodeToString(sum[:])
+	}
 	rec.Header.Del("X-Api-Key")
 	rec.Header.Del("Authorization")
 	switch {
