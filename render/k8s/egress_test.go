@@ -281,3 +281,35 @@ func selector(m map[string]string) *metav1.LabelSelector {
 }
 
 func intPort(p int32) *intstr.IntOrString { return ptr(intstr.FromInt32(p)) }
+
+// TestGatewaySecretOnlyInTheSidecar: a gateway's secret is referenced by
+// the proxy sidecar alone; the engine container holds the placeholder.
+func TestGatewaySecretOnlyInTheSidecar(t *testing.T) {
+	r := allowlistRender(render.Destination{Host: "api.anthropic.com", Port: 443, Kind: render.DestName, Source: render.SourceGateway + "anthropic"})
+	r.Gateways = []render.Gateway{{Kind: "anthropic", Listen: "127.0.0.1:3129", Upstream: "https://api.anthropic.com", Header: "x-api-key",
+		Paths: []string{"/v1/"}, Secret: "ANTHROPIC_API_KEY", Placeholder: "hookbox-gateway-placeholder"}}
+	r.Process.Env = append(r.Process.Env, render.EnvVar{Name: "ANTHROPIC_API_KEY", Source: render.EnvHookbox, Value: "hookbox-gateway-placeholder"})
+	r.SortLists()
+	o, err := Build(r, proxyOptions(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range engineContainer(t, o.Job).Env {
+		if e.Name == "ANTHROPIC_API_KEY" && (e.ValueFrom != nil || e.Value != "hookbox-gateway-placeholder") {
+			t.Errorf("engine container's ANTHROPIC_API_KEY %+v, want the placeholder", e)
+		}
+	}
+	init := o.Job.Spec.Template.Spec.InitContainers
+	proxy := init[len(init)-1]
+	if len(proxy.Env) != 1 || proxy.Env[0].Name != "ANTHROPIC_API_KEY" || proxy.Env[0].ValueFrom == nil || proxy.Env[0].ValueFrom.SecretKeyRef == nil ||
+		proxy.Env[0].ValueFrom.SecretKeyRef.Name != DefaultSecretName || proxy.Env[0].ValueFrom.SecretKeyRef.Key != "ANTHROPIC_API_KEY" {
+		t.Errorf("sidecar env %+v, want the secret by reference", proxy.Env)
+	}
+	for _, c := range init[:len(init)-1] {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				t.Errorf("init container %s references a secret: %+v", c.Name, e)
+			}
+		}
+	}
+}
