@@ -10,18 +10,28 @@ import (
 )
 
 // Attempt is one request the proxy judged: a CONNECT, one absolute-form
-// request of a kept-alive connection, or a connection refused before it
-// said what it wanted. It is one line of a run's network.jsonl.
+// request of a kept-alive connection, one request to a gateway, or a
+// connection refused before it said what it wanted. It is one line of a
+// run's network.jsonl. It never holds a header field's value.
 type Attempt struct {
 	Time     time.Time `json:"time"`     // when the request head started
 	Method   string    `json:"method"`   // "CONNECT", "GET", ...; "" if unread
 	Host     string    `json:"host"`     // as requested, normalized when it parses
 	Port     int       `json:"port"`     // 0 if unread
 	Resolved string    `json:"resolved"` // ip:port dialled, "" if none
-	Decision string    `json:"decision"` // DecisionAllowed or DecisionRefused
+	// Gateway is the GatewayRoute.Name of a request to a gateway, whose
+	// Host and Port are the route's upstream; "" for the proxy's requests.
+	Gateway string `json:"gateway,omitempty"`
+	// Path is a gateway request's path as the client sent it, never its
+	// query (which may have held a key).
+	Path string `json:"path,omitempty"`
+	// Status is the destination's HTTP status for a forwarded or gateway
+	// request; 0 if it sent none.
+	Status   int    `json:"status,omitempty"`
+	Decision string `json:"decision"` // DecisionAllowed or DecisionRefused
 	// Reason is a reason id (Reason*): why it was refused, or, for an
-	// allowed attempt, ReasonUpstreamFailed when the destination failed
-	// it; "" for an allowed attempt that completed.
+	// allowed attempt, ReasonUpstreamFailed or ReasonUpstreamTLSFailed when
+	// the destination failed it; "" for an allowed attempt that completed.
 	Reason string `json:"reason"`
 	Rule   string `json:"rule"` // the rule that allowed the destination (Rule.String), "" if none
 	// Tunnel is what a CONNECT's tunnel carried, known from its first
@@ -30,7 +40,8 @@ type Attempt struct {
 	// recognized as either.
 	Tunnel string `json:"tunnel,omitempty"`
 	// Bytes moved: for a tunnel every byte after the CONNECT head (its
-	// first message included); for a forwarded request the body bytes.
+	// first message included); for a forwarded or gateway request the
+	// body bytes.
 	BytesUp    int64 `json:"bytes_up"`
 	BytesDown  int64 `json:"bytes_down"`
 	DurationMS int64 `json:"duration_ms"`
@@ -63,8 +74,15 @@ const (
 	ReasonNoSNI               = "no-sni"                 // after 200: a ClientHello without server name, for a name
 	ReasonSNIMismatch         = "sni-mismatch"           // after 200: server name is not the CONNECT host
 	ReasonHostMismatch        = "host-mismatch"          // after 200, 403: a cleartext request's Host or target is not the CONNECT host
+	ReasonGatewayPathRefused  = "gateway-path-refused"   // 403: a gateway request's path is outside its route's prefixes, or not plain
 	ReasonUpstreamFailed      = "upstream-failed"        // allowed, 502: the destination broke the forwarded request
+	ReasonUpstreamTLSFailed   = "upstream-tls-failed"    // allowed, 502: a gateway's upstream failed TLS (its certificate did not verify, or the handshake broke)
 )
+
+// failed reports a reason for an allowed attempt the destination failed.
+func failed(reason string) bool {
+	return reason == ReasonUpstreamFailed || reason == ReasonUpstreamTLSFailed
+}
 
 // refusal is a refused attempt's reason, the HTTP status that tells the
 // client, and a short explanation for the response body.
@@ -83,11 +101,12 @@ const (
 	ErrorHeader   = "X-Hookbox-Error"
 )
 
-// writeRefusal answers with r's status, RefusedHeader (ErrorHeader for
-// upstream-failed) and a one-line body; the connection is closed after it.
+// writeRefusal answers with r's status, RefusedHeader (ErrorHeader for a
+// failure of the destination) and a one-line body; the connection is
+// closed after it.
 func writeRefusal(w io.Writer, r *refusal) {
 	field := RefusedHeader
-	if r.reason == ReasonUpstreamFailed {
+	if failed(r.reason) {
 		field = ErrorHeader
 	}
 	body := fmt.Sprintf("hookbox egress proxy: %s: %s\n", r.reason, r.detail)
@@ -101,7 +120,7 @@ func (p *Proxy) record(a *Attempt, r *refusal) {
 	a.Decision = DecisionAllowed
 	if r != nil {
 		a.Reason = r.reason
-		if r.reason != ReasonUpstreamFailed {
+		if !failed(r.reason) {
 			a.Decision = DecisionRefused
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -221,4 +222,75 @@ func BenchmarkConnectLatency(b *testing.B) {
 	b.ReportMetric(float64(direct.Microseconds())/n, "direct-µs/conn")
 	b.ReportMetric(float64(proxied.Microseconds())/n, "proxy-µs/conn")
 	b.ReportMetric(float64((proxied-direct).Microseconds())/n, "added-µs/conn")
+}
+
+// BenchmarkGateway measures what the gateway adds: small requests over
+// kept-alive connections (the engine's side plain HTTP, the upstream's
+// TLS), and a 64 MiB streamed response, each directly to the TLS upstream
+// and through the gateway, in turn.
+func BenchmarkGateway(b *testing.B) {
+	const large = 64 << 20
+	block := make([]byte, 32<<10)
+	u := startGatewayUpstream(b, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path != "/v1/stream" {
+			io.WriteString(w, `{"ok":true}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for left := large; left > 0; left -= len(block) {
+			w.Write(block)
+			w.(http.Flusher).Flush()
+		}
+	})
+	_, addr, _ := startGateway(b, Options{Policy: Policy{Allow: []Rule{u.ipRule()}}, Record: func(Attempt) {}}, anthropicRoute(u), u)
+	direct := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: u.pool}, DisableCompression: true}}
+	viaGateway := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	b.Cleanup(direct.CloseIdleConnections)
+	b.Cleanup(viaGateway.CloseIdleConnections)
+	post := func(c *http.Client, base, path string) int64 {
+		resp, err := c.Post(base+path, "application/json", strings.NewReader(`{"model":"m","max_tokens":1}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		n, err := io.CopyBuffer(io.Discard, resp.Body, make([]byte, 256<<10))
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatalf("%s: %s, %v", path, resp.Status, err)
+		}
+		return n
+	}
+	directBase, gatewayBase := "https://"+hostPort("127.0.0.1", u.port), "http://"+addr
+	post(direct, directBase, "/v1/messages") // open the kept-alive connections
+	post(viaGateway, gatewayBase, "/v1/messages")
+	const small = 200
+	var directSmall, gatewaySmall, directLarge, gatewayLarge time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		for range small {
+			post(direct, directBase, "/v1/messages")
+		}
+		directSmall += time.Since(start)
+		start = time.Now()
+		for range small {
+			post(viaGateway, gatewayBase, "/v1/messages")
+		}
+		gatewaySmall += time.Since(start)
+		start = time.Now()
+		if n := post(direct, directBase, "/v1/stream"); n != large {
+			b.Fatalf("direct stream: %d bytes", n)
+		}
+		directLarge += time.Since(start)
+		start = time.Now()
+		if n := post(viaGateway, gatewayBase, "/v1/stream"); n != large {
+			b.Fatalf("gateway stream: %d bytes", n)
+		}
+		gatewayLarge += time.Since(start)
+	}
+	requests, mb := float64(small*b.N), float64(large)/(1<<20)*float64(b.N)
+	b.ReportMetric(float64(directSmall.Microseconds())/requests, "direct-µs/req")
+	b.ReportMetric(float64(gatewaySmall.Microseconds())/requests, "gateway-µs/req")
+	b.ReportMetric(mb/directLarge.Seconds(), "direct-MB/s")
+	b.ReportMetric(mb/gatewayLarge.Seconds(), "gateway-MB/s")
 }

@@ -5,10 +5,15 @@
 // a program that ignores the proxy variables has no route at all; one that
 // uses the proxy reaches what the Policy allows and nothing else.
 //
+// The same Proxy can also serve model-API gateways (ServeGateway, below):
+// plain-HTTP reverse proxies, listening in the same namespace, that send
+// each request on to one provider over TLS with the real API key in it,
+// so that the key never enters the container.
+//
 // egress records, it does not judge runs: it knows nothing of renders,
 // containers or run records. The launcher builds the Policy, opens the
-// listener, calls Serve, and writes what Options.Record and Stats report
-// (network.jsonl, events, result.json).
+// listeners, calls Serve (and ServeGateway), and writes what
+// Options.Record and Stats report (network.jsonl, events, result.json).
 //
 // # What a request must be
 //
@@ -131,6 +136,8 @@
 //   - origin-form-request: a request without an absolute URL (400).
 //   - unsupported-scheme: an absolute URL that is not http:// (400).
 //   - too-many-connections: beyond MaxConns concurrent connections (503).
+//   - gateway-path-refused: a gateway request whose path is outside its
+//     route's prefixes or not plain (below) (403).
 //   - not-tls: the bytes after a CONNECT's 200 are neither a TLS
 //     ClientHello nor an HTTP/1.x request head.
 //   - no-client-hello: the client closed or stalled (HeaderTimeout) before
@@ -145,9 +152,11 @@
 // Each attempt that is a CONNECT says what its tunnel carried once its
 // first message was recognized: tunnel "tls" or "http" (Attempt.Tunnel).
 //
-// Allowed, but failed: upstream-failed, when the destination broke a
-// forwarded request (502 with X-Hookbox-Error, not X-Hookbox-Refused) or a
-// tunnel's first write.
+// Allowed, but failed (502 with X-Hookbox-Error, not X-Hookbox-Refused):
+// upstream-failed, when the destination broke a forwarded or gateway
+// request or a tunnel's first write; upstream-tls-failed, when a gateway's
+// upstream did not complete TLS (its certificate did not verify for the
+// upstream's host, or the handshake broke or took over DialTimeout).
 //
 // # Limits
 //
@@ -190,6 +199,86 @@
 //   - A peer that stops reading while the other keeps writing holds its
 //     connection slot until the other direction idles out or Close.
 //
-// This proxy handles no credentials; a gateway that injects them would
-// change the outgoing request (outgoingRequest) and is not built here.
+// The proxy itself handles no credentials; only a gateway does.
+//
+// # Gateway
+//
+// ServeGateway serves one GatewayRoute (a provider: name, https upstream
+// URL, path prefixes, the header field and prefix of its credential, the
+// credential) on a listener of its own, for example 127.0.0.1:3129 inside
+// the container. The engine is pointed at it as its base URL
+// (http://127.0.0.1:3129) with a placeholder key, and speaks plain
+// HTTP/1.1 to it, kept alive.
+//
+// For each request, in order:
+//
+//  1. The request must be origin-form (POST /v1/messages?beta=true):
+//     absolute-form, CONNECT and "*" are malformed-request (400). Its
+//     Host field is ignored.
+//  2. Its path, as sent, must be plain and start with one of the route's
+//     PathPrefixes, or it is gateway-path-refused (403). Plain means no
+//     segment, percent-decoded, is a dot segment ("." or "..", also
+//     before a ";" parameter) or holds "/", "\" or a control byte: then
+//     every server reads the same segments, and a prefix of the path is a
+//     prefix of what the upstream serves.
+//  3. Every "key" parameter (the form of a Gemini key in a URL) is
+//     dropped from the query; the others go on as sent.
+//  4. The upstream's host and port are judged like any destination of
+//     the proxy (names before any lookup, internal addresses only by an ip
+//     rule) and dialled only at the checked addresses: the gateway does
+//     not bypass the Policy, so the caller lists the upstream in it.
+//  5. Over that connection, TLS with the upstream's host as server name,
+//     verified against Options.GatewayTLS's roots (default the system's):
+//     an IP-literal upstream must have the address among its certificate's
+//     IP SANs. Nothing of a request is written before the handshake
+//     succeeds; a failure is upstream-tls-failed. HTTP/1.1 only; upstream
+//     connections are pooled and kept alive.
+//  6. The request goes to the upstream's path followed by the request's
+//     ("https://api.openai.com/v1" with /responses is /v1/responses), with
+//     Host the upstream's. The engine's hop-by-hop fields are dropped as
+//     the proxy drops them, and so are Expect (the gateway answers 100
+//     Continue itself) and every field an engine puts a key in:
+//     Authorization, Proxy-Authorization, X-Api-Key, X-Goog-Api-Key,
+//     Api-Key and the route's Header, names compared case-insensitively
+//     with "_" read as "-". Then Header is set to Prefix+Credential, its
+//     only value.
+//  7. The request body streams upstream as it arrives, and the response
+//     streams back as it arrives (each read is written and flushed, so
+//     server-sent events are not held back), status and end-to-end fields
+//     unchanged.
+//
+// A refusal ends the connection, as the proxy's do. Each request is one
+// Attempt: Gateway (the route's name), Host and Port (the upstream's),
+// Method, Path (as sent, never the query), Status, body bytes each way.
+// MaxConns, HeaderTimeout, IdleTimeout and DialTimeout apply as to the
+// proxy, and MaxConns counts the proxy's connections and the gateways'
+// together; Close ends both.
+//
+// The credential is never logged, recorded, nor put in an error, a
+// refusal or a description of the route (GatewayRoute.String). Route
+// errors do not show it, nor an upstream URL's user information or query.
+//
+// What the gateway defends: the key itself. It never enters the
+// container, so nothing the agent runs can read it, print it, or carry it
+// out to use after the run or from elsewhere. Nor does the engine's
+// placeholder reach the provider in the fields and the query parameter
+// above.
+//
+// What it does not:
+//
+//   - The key's authority, while the run lasts: the agent (through the
+//     engine, or by speaking to the gateway itself) can send any request
+//     under the route's prefixes and have it made with the real key:
+//     other models, other endpoints under the prefix, bulk use, whatever
+//     the provider lets that key do. Only the allowlist (one upstream per
+//     route), the prefixes and the limits bound it; the records show what
+//     was asked.
+//   - Responses are not inspected: a provider that echoed the key in a
+//     response would hand it to the engine (the gateway relies on the
+//     providers' not doing so).
+//   - Listing the upstream in the Policy also lets the proxy tunnel to it
+//     (CONNECT), with whatever key the engine has, which is the
+//     placeholder.
+//   - The credential is in this process's memory, and the host's TLS roots
+//     are trusted.
 package egress

@@ -54,19 +54,28 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, hosts []string, a *Attemp
 		return refuse(r)
 	}
 
-	ctx := context.WithValue(p.ctx, judgedKey{}, d)
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+	u := &url.URL{Scheme: "http", Host: d.hostPort(), Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
+	out, body := outgoingRequest(context.WithValue(p.ctx, judgedKey{}, d), req, u, hostField(d, 80), c, p.opts.IdleTimeout)
+	return p.exchange(c, p.transport, req, out, body, a, refuse)
+}
+
+// exchange sends out, built from req by outgoingRequest, through t, writes
+// the response to c and records a; refuse answers and records a failure
+// before the response. It reports whether c may carry another request.
+func (p *Proxy) exchange(c net.Conn, t *http.Transport, req, out *http.Request, body *clientBody, a *Attempt, refuse func(*refusal) bool) bool {
+	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) { a.Resolved = info.Conn.RemoteAddr().String() },
-	})
-	out, body := outgoingRequest(ctx, req, d, c, p.opts.IdleTimeout)
-	resp, err := p.transport.RoundTrip(out)
+	}))
+	resp, err := t.RoundTrip(out)
 	if err != nil {
+		var r *refusal
 		if errors.As(err, &r) {
 			return refuse(r)
 		}
 		return refuse(&refusal{http.StatusBadGateway, ReasonUpstreamFailed, err.Error()})
 	}
 	defer resp.Body.Close()
+	a.Status = resp.StatusCode
 
 	keepAlive := !req.Close && !resp.Close
 	down, err := writeResponse(idleWriter{c, p.opts.IdleTimeout}, req, resp, keepAlive)
@@ -94,11 +103,10 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, hosts []string, a *Attemp
 // transport's dial.
 type judgedKey struct{}
 
-// outgoingRequest is the request sent upstream: the client's method, path,
-// query, end-to-end header fields and body, addressed to the judged
-// destination. A credential-injecting gateway would change it here.
-func outgoingRequest(ctx context.Context, req *http.Request, d destination, c net.Conn, idle time.Duration) (*http.Request, *clientBody) {
-	u := &url.URL{Scheme: "http", Host: d.hostPort(), Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
+// outgoingRequest is the request sent upstream to u, with Host field
+// host: the client's method, end-to-end header fields and body. A gateway
+// changes its header fields further (gateway.setCredential).
+func outgoingRequest(ctx context.Context, req *http.Request, u *url.URL, host string, c net.Conn, idle time.Duration) (*http.Request, *clientBody) {
 	out := (&http.Request{
 		Method:        req.Method,
 		URL:           u,
@@ -108,11 +116,8 @@ func outgoingRequest(ctx context.Context, req *http.Request, d destination, c ne
 		Header:        req.Header.Clone(),
 		Body:          http.NoBody,
 		ContentLength: req.ContentLength,
-		Host:          d.host,
+		Host:          host,
 	}).WithContext(ctx)
-	if d.port != 80 {
-		out.Host = d.hostPort()
-	}
 	stripHopByHop(out.Header)
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = []string{""} // send none rather than Go's

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -30,8 +31,9 @@ type Options struct {
 	// Dial opens upstream connections (default a net.Dialer). It runs on
 	// ordinary goroutines, so in this process's network namespace.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// MaxConns caps the client connections handled at once (default 64).
-	// A connection beyond it gets 503 too-many-connections.
+	// MaxConns caps the client connections handled at once, the
+	// gateways' included (default 64). A connection beyond it gets 503
+	// too-many-connections.
 	MaxConns int
 	// IdleTimeout ends a tunnel or a kept-alive connection on which no byte
 	// moved (default 5m).
@@ -47,6 +49,12 @@ type Options struct {
 	// Record is called once per attempt, allowed or refused, when the
 	// attempt ends. Calls are serialized.
 	Record func(Attempt)
+	// GatewayTLS configures TLS to gateways' upstreams (ServeGateway). nil
+	// verifies against the system's roots (Go reads SSL_CERT_FILE and
+	// SSL_CERT_DIR). Its ServerName and NextProtos are ignored: each
+	// upstream's host is the server name, and HTTP/1.1 is spoken. A config
+	// with InsecureSkipVerify serves no gateway.
+	GatewayTLS *tls.Config
 }
 
 // Defaults of Options.
@@ -67,9 +75,10 @@ var ErrClosed = errors.New("egress: proxy closed")
 type Proxy struct {
 	opts      Options
 	policyErr error
-	slots     chan struct{} // one per connection handled
-	refusers  chan struct{} // one per connection being told 503
-	transport *http.Transport
+	slots     chan struct{}   // one per connection handled
+	refusers  chan struct{}   // one per connection being told 503
+	transport *http.Transport // the proxy's absolute-form requests
+	gateways  *http.Transport // gateways' requests, over TLS
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
 
@@ -115,12 +124,29 @@ func New(opts Options) *Proxy {
 		conns:     map[net.Conn]struct{}{},
 	}
 	p.transport = p.newTransport()
+	p.gateways = p.newGatewayTransport()
 	return p
 }
 
 // Serve accepts connections on l until Close (then it returns ErrClosed)
-// or until l fails. It closes l. Several listeners may be served at once.
-func (p *Proxy) Serve(l net.Listener) error {
+// or until l fails. It closes l. Several listeners may be served at once,
+// and gateway listeners (ServeGateway) beside them.
+func (p *Proxy) Serve(l net.Listener) error { return p.serve(l, proxyRequests{p}) }
+
+// requestServer serves the requests of one kind of listener: the proxy's
+// (proxyRequests) or a gateway's.
+type requestServer interface {
+	// start begins the record of a request whose head starts now.
+	start() *Attempt
+	// describe fills in what a record says of req before it is judged.
+	describe(a *Attempt, req *http.Request)
+	// serveRequest serves req, whose head is head, and records it. It
+	// reports whether c may carry another request.
+	serveRequest(c net.Conn, br *bufio.Reader, head []byte, req *http.Request, a *Attempt) bool
+}
+
+// serve is Serve for the requests s serves.
+func (p *Proxy) serve(l net.Listener, s requestServer) error {
 	if p.policyErr != nil {
 		l.Close()
 		return fmt.Errorf("egress: invalid policy: %w", p.policyErr)
@@ -164,16 +190,16 @@ func (p *Proxy) Serve(l net.Listener) error {
 				defer p.handlers.Done()
 				defer func() { <-p.slots }()
 				defer p.closeConn(c)
-				p.handle(c)
+				p.handle(c, s)
 			}()
 		default:
-			p.refuseBusy(c)
+			p.refuseBusy(c, s)
 		}
 	}
 }
 
-// Close stops every listener, ends every connection, and waits for their
-// handlers. It is idempotent.
+// Close stops every listener (the gateways' too), ends every connection,
+// and waits for their handlers. It is idempotent.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	if !p.closed {
@@ -188,6 +214,7 @@ func (p *Proxy) Close() error {
 	}
 	p.mu.Unlock()
 	p.transport.CloseIdleConnections()
+	p.gateways.CloseIdleConnections()
 	p.handlers.Wait()
 	return nil
 }
@@ -236,7 +263,7 @@ func (p *Proxy) closeConn(c net.Conn) {
 // not reset a request the client is still sending) is itself bounded:
 // beyond MaxConns such readers at once, the connection gets the 503
 // unread, and closing it may reset it before the client reads the answer.
-func (p *Proxy) refuseBusy(c net.Conn) {
+func (p *Proxy) refuseBusy(c net.Conn, s requestServer) {
 	r := &refusal{http.StatusServiceUnavailable, ReasonTooManyConnections,
 		fmt.Sprintf("the proxy already handles %d connections", p.opts.MaxConns)}
 	select {
@@ -245,7 +272,7 @@ func (p *Proxy) refuseBusy(c net.Conn) {
 		// A fresh socket's send buffer is empty: this write does not wait.
 		c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
 		writeRefusal(c, r)
-		p.record(&Attempt{Time: time.Now()}, r)
+		p.record(s.start(), r)
 		p.closeConn(c)
 		p.handlers.Done()
 		return
@@ -254,13 +281,12 @@ func (p *Proxy) refuseBusy(c net.Conn) {
 		defer p.handlers.Done()
 		defer func() { <-p.refusers }()
 		defer p.closeConn(c)
-		a := &Attempt{Time: time.Now()}
+		a := s.start()
 		c.SetDeadline(a.Time.Add(time.Second))
 		br := bufio.NewReaderSize(c, 4096)
 		if _, err := readHead(br); err == nil {
 			if req, err := http.ReadRequest(br); err == nil {
-				a.Method = req.Method
-				a.Host, a.Port = requestTarget(req)
+				s.describe(a, req)
 			}
 		}
 		writeRefusal(c, r)
@@ -270,7 +296,7 @@ func (p *Proxy) refuseBusy(c net.Conn) {
 
 // handle serves one client connection: request after request until one is
 // refused, the client closes, or the connection idles out.
-func (p *Proxy) handle(c net.Conn) {
+func (p *Proxy) handle(c net.Conn, s requestServer) {
 	br := bufio.NewReaderSize(c, maxHeadBytes)
 	for first := true; ; first = false {
 		if !first {
@@ -279,7 +305,7 @@ func (p *Proxy) handle(c net.Conn) {
 				return
 			}
 		}
-		a := &Attempt{Time: time.Now()}
+		a := s.start()
 		c.SetReadDeadline(a.Time.Add(p.opts.HeaderTimeout))
 		head, err := readHead(br)
 		if err != nil {
@@ -292,27 +318,45 @@ func (p *Proxy) handle(c net.Conn) {
 			p.record(a, r)
 			return
 		}
-		hosts, headErr := hostHeaders(head)
 		req, err := http.ReadRequest(br)
-		if err != nil || headErr != nil {
-			r := &refusal{http.StatusBadRequest, ReasonMalformedRequest, fmt.Sprintf("unparsable request: %v", errors.Join(err, headErr))}
-			if req != nil {
-				a.Method = req.Method
-			}
+		if err != nil {
+			r := &refusal{http.StatusBadRequest, ReasonMalformedRequest, fmt.Sprintf("unparsable request: %v", err)}
 			c.SetWriteDeadline(time.Now().Add(p.opts.HeaderTimeout))
 			writeRefusal(c, r)
 			p.record(a, r)
 			return
 		}
-		a.Method = req.Method
-		if req.Method == http.MethodConnect {
-			p.connect(c, br, req, hosts, a)
-			return
-		}
-		if !p.forward(c, req, hosts, a) {
+		if !s.serveRequest(c, br, head, req, a) {
 			return
 		}
 	}
+}
+
+// proxyRequests are the proxy's: CONNECT, or an absolute-form request.
+type proxyRequests struct{ p *Proxy }
+
+func (proxyRequests) start() *Attempt { return &Attempt{Time: time.Now()} }
+
+func (proxyRequests) describe(a *Attempt, req *http.Request) {
+	a.Method = req.Method
+	a.Host, a.Port = requestTarget(req)
+}
+
+func (s proxyRequests) serveRequest(c net.Conn, br *bufio.Reader, head []byte, req *http.Request, a *Attempt) bool {
+	a.Method = req.Method
+	hosts, err := hostHeaders(head)
+	if err != nil {
+		r := &refusal{http.StatusBadRequest, ReasonMalformedRequest, fmt.Sprintf("unparsable request: %v", err)}
+		c.SetWriteDeadline(time.Now().Add(s.p.opts.HeaderTimeout))
+		writeRefusal(c, r)
+		s.p.record(a, r)
+		return false
+	}
+	if req.Method == http.MethodConnect {
+		s.p.connect(c, br, req, hosts, a)
+		return false
+	}
+	return s.p.forward(c, req, hosts, a)
 }
 
 var (

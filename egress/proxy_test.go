@@ -278,7 +278,7 @@ func TestForwardJudgesEveryRequest(t *testing.T) {
 	}
 	got := rec.wait(t, 2)
 	sameAttempt(t, got[0], Attempt{Method: "GET", Host: "plain.test", Port: port, Resolved: hostPort("127.0.0.1", port),
-		Decision: DecisionAllowed, Rule: authority, BytesUp: 0, BytesDown: int64(len(want))})
+		Status: 200, Decision: DecisionAllowed, Rule: authority, BytesUp: 0, BytesDown: int64(len(want))})
 	sameAttempt(t, got[1], Attempt{Method: "GET", Host: "evil.test", Port: port, Decision: DecisionRefused, Reason: ReasonNotAllowed})
 }
 

@@ -5,34 +5,39 @@ import (
 	"slices"
 )
 
-// Stats sums a proxy's attempts: counts per decision, the destinations
-// used with their bytes, and the refused ones with their reasons.
+// Stats sums a proxy's attempts, its gateways' included: counts per
+// decision, the destinations used with their bytes, and the refused ones
+// with their reasons.
 type Stats struct {
 	Allowed  int64     `json:"allowed"`
 	Refused  int64     `json:"refused"`
-	Used     []Use     `json:"used"`     // by host, then port
-	Refusals []Refusal `json:"refusals"` // by host, port, then reason
+	Used     []Use     `json:"used"`     // by host, port, then gateway
+	Refusals []Refusal `json:"refusals"` // by host, port, gateway, then reason
 	// Unlisted counts attempts (included in Allowed and Refused) whose
 	// destination did not fit the tables: each holds at most 1024 rows, so
 	// a client cycling through names cannot grow them without bound.
 	Unlisted int64 `json:"unlisted"`
 }
 
-// Use is one allowed destination.
+// Use is one allowed destination, reached through the proxy or, with
+// Gateway set, through that gateway.
 type Use struct {
 	Host      string `json:"host"`
 	Port      int    `json:"port"`
+	Gateway   string `json:"gateway,omitempty"`
 	Rule      string `json:"rule"`
 	Attempts  int64  `json:"attempts"`
-	Failed    int64  `json:"failed"` // attempts the destination failed (upstream-failed)
+	Failed    int64  `json:"failed"` // attempts the destination failed (upstream-failed, upstream-tls-failed)
 	BytesUp   int64  `json:"bytes_up"`
 	BytesDown int64  `json:"bytes_down"`
 }
 
-// Refusal is one refused destination and reason.
+// Refusal is one refused destination and reason, with Gateway set for a
+// gateway's requests.
 type Refusal struct {
 	Host     string `json:"host"`
 	Port     int    `json:"port"`
+	Gateway  string `json:"gateway,omitempty"`
 	Reason   string `json:"reason"`
 	Attempts int64  `json:"attempts"`
 }
@@ -40,8 +45,9 @@ type Refusal struct {
 const maxStatsRows = 1024
 
 type destKey struct {
-	host string
-	port int
+	host    string
+	port    int
+	gateway string
 }
 
 type refusalKey struct {
@@ -56,7 +62,7 @@ type statsTable struct {
 }
 
 func (t *statsTable) add(a *Attempt) {
-	key := destKey{a.Host, a.Port}
+	key := destKey{a.Host, a.Port, a.Gateway}
 	if a.Decision == DecisionRefused {
 		t.refused++
 		rk := refusalKey{key, a.Reason}
@@ -69,7 +75,7 @@ func (t *statsTable) add(a *Attempt) {
 			if t.refusals == nil {
 				t.refusals = map[refusalKey]*Refusal{}
 			}
-			r = &Refusal{Host: a.Host, Port: a.Port, Reason: a.Reason}
+			r = &Refusal{Host: a.Host, Port: a.Port, Gateway: a.Gateway, Reason: a.Reason}
 			t.refusals[rk] = r
 		}
 		r.Attempts++
@@ -85,11 +91,11 @@ func (t *statsTable) add(a *Attempt) {
 		if t.used == nil {
 			t.used = map[destKey]*Use{}
 		}
-		u = &Use{Host: a.Host, Port: a.Port, Rule: a.Rule}
+		u = &Use{Host: a.Host, Port: a.Port, Gateway: a.Gateway, Rule: a.Rule}
 		t.used[key] = u
 	}
 	u.Attempts++
-	if a.Reason == ReasonUpstreamFailed {
+	if failed(a.Reason) {
 		u.Failed++
 	}
 	u.BytesUp += a.BytesUp
@@ -109,10 +115,10 @@ func (p *Proxy) Stats() Stats {
 		s.Refusals = append(s.Refusals, *r)
 	}
 	slices.SortFunc(s.Used, func(a, b Use) int {
-		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port))
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Gateway, b.Gateway))
 	})
 	slices.SortFunc(s.Refusals, func(a, b Refusal) int {
-		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Reason, b.Reason))
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Gateway, b.Gateway), cmp.Compare(a.Reason, b.Reason))
 	})
 	return s
 }
