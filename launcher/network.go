@@ -37,11 +37,12 @@ type NetworkResult struct {
 
 // egressRun is the proxy of one run and its record.
 type egressRun struct {
-	proxy  *egress.Proxy
-	served chan error
-	mu     sync.Mutex
-	file   *os.File
-	out    *bufio.Writer
+	proxy    *egress.Proxy
+	served   chan error // one value per listener served
+	gateways int
+	mu       sync.Mutex
+	file     *os.File
+	out      *bufio.Writer
 }
 
 // startEgress opens the proxy's listener inside the container's network
@@ -72,7 +73,7 @@ func (x *execution) startEgress(initPID int) error {
 		l.Close()
 		return err
 	}
-	e := &egressRun{served: make(chan error, 1), file: f, out: bufio.NewWriterSize(f, 64<<10)}
+	e := &egressRun{served: make(chan error, 1+len(x.r.Gateways)), file: f, out: bufio.NewWriterSize(f, 64<<10)}
 	e.proxy = egress.New(egress.Options{Policy: policy, Record: func(a egress.Attempt) {
 		line, err := json.Marshal(a)
 		if err != nil {
@@ -86,8 +87,33 @@ func (x *execution) startEgress(initPID int) error {
 	}})
 	go func() { e.served <- e.proxy.Serve(l) }()
 	x.egress = e
+	if err := x.startGateways(nsPath); err != nil {
+		return err // stopEgress closes the proxy and what started
+	}
 	x.result.Network.ProxyAddress = x.r.Egress.ProxyAddress
 	x.progress("network", "egress proxy at %s in the container, %d destinations allowed", x.r.Egress.ProxyAddress, len(policy.Allow))
+	return nil
+}
+
+// startGateways opens each gateway's listener inside the container's
+// network namespace and serves it from this process with the credential
+// resolved on the host: the value never enters the container.
+func (x *execution) startGateways(nsPath string) error {
+	routes, err := plan.GatewayRoutes(x.r, x.credentials)
+	if err != nil {
+		return err
+	}
+	for i, route := range routes {
+		listen := x.r.Gateways[i].Listen
+		l, err := nsnet.Listen(nsPath, listen)
+		if err != nil {
+			return fmt.Errorf("gateway %s: cannot listen at %s inside the container's network namespace: %w", route.Name, listen, err)
+		}
+		e := x.egress
+		e.gateways++
+		go func() { e.served <- e.proxy.ServeGateway(l, route) }()
+		x.progress("network", "model gateway %s at %s in the container, forwarding to %s", route.Name, listen, route.Upstream)
+	}
 	return nil
 }
 
@@ -100,7 +126,9 @@ func (x *execution) stopEgress() error {
 	}
 	x.egress = nil
 	e.proxy.Close()
-	<-e.served
+	for range 1 + e.gateways {
+		<-e.served
+	}
 	st := e.proxy.Stats()
 	n := x.result.Network
 	n.Allowed, n.Refused, n.Used, n.Refusals, n.Unlisted = st.Allowed, st.Refused, st.Used, st.Refusals, st.Unlisted

@@ -36,10 +36,21 @@ one network namespace, so the engine reaches it at ` + render.ProxyAddress + `.
 --render is the render's canonical JSON (hookbox render --format json; in
 the Job, the ConfigMap's render.json). One JSON line per connection attempt,
 allowed or refused, goes to stdout, as in a run's network.jsonl. SIGINT or
-SIGTERM ends every connection and exits 0.`,
+SIGTERM ends every connection and exits 0. A render with model gateways
+(secrets with gateway:) also gets each gateway served at its listen address,
+with the secret's value read from this process's environment (in the Job,
+only the sidecar references the Secret).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			policy, err := readEgressPolicy(renderFile)
+			r, policy, err := readEgressPolicy(renderFile)
+			if err != nil {
+				return err
+			}
+			credentials := map[string]string{}
+			for _, g := range r.Gateways {
+				credentials[g.Secret] = os.Getenv(g.Secret)
+			}
+			routes, err := plan.GatewayRoutes(r, credentials)
 			if err != nil {
 				return err
 			}
@@ -49,8 +60,14 @@ SIGTERM ends every connection and exits 0.`,
 			if err != nil {
 				return fmt.Errorf("egress: cannot listen at %s: %w", listen, err)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "hookbox egress: listening on %s, %d destinations allowed\n", l.Addr(), len(policy.Allow))
-			return serveEgress(ctx, l, policy, cmd.OutOrStdout())
+			gateways := make([]net.Listener, len(routes))
+			for i := range routes {
+				if gateways[i], err = net.Listen("tcp", r.Gateways[i].Listen); err != nil {
+					return fmt.Errorf("egress: gateway %s cannot listen at %s: %w", routes[i].Name, r.Gateways[i].Listen, err)
+				}
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "hookbox egress: listening on %s, %d destinations allowed, %d gateways\n", l.Addr(), len(policy.Allow), len(routes))
+			return serveEgress(ctx, l, policy, routes, gateways, cmd.OutOrStdout())
 		},
 	}
 	serve.Flags().StringVar(&listen, "listen", render.ProxyAddress, "TCP address to listen on")
@@ -80,32 +97,32 @@ kubelet tcpSocket probe (made from the node) cannot reach.`,
 // readEgressPolicy reads one render's canonical JSON and returns its
 // allowlist as the proxy's policy. A render without an allowlist has
 // nothing to serve: that is the caller's mistake, not an open network.
-func readEgressPolicy(file string) (egress.Policy, error) {
+func readEgressPolicy(file string) (*render.Render, egress.Policy, error) {
 	if file == "" {
-		return egress.Policy{}, usageError{errors.New("--render FILE is required: the render's canonical JSON (hookbox render --format json)")}
+		return nil, egress.Policy{}, usageError{errors.New("--render FILE is required: the render's canonical JSON (hookbox render --format json)")}
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return egress.Policy{}, err
+		return nil, egress.Policy{}, err
 	}
 	var r render.Render
 	if err := json.Unmarshal(data, &r); err != nil {
-		return egress.Policy{}, usageError{fmt.Errorf("--render %s: not one render's JSON: %w", file, err)}
+		return nil, egress.Policy{}, usageError{fmt.Errorf("--render %s: not one render's JSON: %w", file, err)}
 	}
 	if r.Network != render.NetworkAllowlist || r.Egress == nil {
-		return egress.Policy{}, usageError{fmt.Errorf("--render %s: spawn %s has network %q, no egress allowlist to serve", file, r.Spawn, r.Network)}
+		return nil, egress.Policy{}, usageError{fmt.Errorf("--render %s: spawn %s has network %q, no egress allowlist to serve", file, r.Spawn, r.Network)}
 	}
 	policy := plan.EgressPolicy(&r)
 	if err := policy.Validate(); err != nil {
-		return egress.Policy{}, usageError{fmt.Errorf("--render %s: %w", file, err)}
+		return nil, egress.Policy{}, usageError{fmt.Errorf("--render %s: %w", file, err)}
 	}
-	return policy, nil
+	return &r, policy, nil
 }
 
 // serveEgress serves policy on l until ctx ends, writing one JSON line per
 // attempt to out, then closes the proxy (ending every connection) and
 // returns nil.
-func serveEgress(ctx context.Context, l net.Listener, policy egress.Policy, out io.Writer) error {
+func serveEgress(ctx context.Context, l net.Listener, policy egress.Policy, routes []egress.GatewayRoute, gateways []net.Listener, out io.Writer) error {
 	// Record calls are serialized, and Close waits for every handler, so
 	// each line is whole and the last is written before serveEgress returns.
 	proxy := egress.New(egress.Options{Policy: policy, Record: func(a egress.Attempt) {
@@ -113,17 +130,24 @@ func serveEgress(ctx context.Context, l net.Listener, policy egress.Policy, out 
 			out.Write(append(line, '\n'))
 		}
 	}})
-	served := make(chan error, 1)
+	served := make(chan error, 1+len(gateways))
 	go func() { served <- proxy.Serve(l) }()
+	for i, g := range gateways {
+		go func() { served <- proxy.ServeGateway(g, routes[i]) }()
+	}
+	pending := 1 + len(gateways)
+	var first error
 	select {
 	case <-ctx.Done():
-		proxy.Close()
-		if err := <-served; !errors.Is(err, egress.ErrClosed) {
-			return err
-		}
-		return nil
 	case err := <-served:
-		proxy.Close()
-		return fmt.Errorf("egress: serving %s: %w", l.Addr(), err)
+		pending--
+		first = fmt.Errorf("egress: serving: %w", err)
 	}
+	proxy.Close()
+	for ; pending > 0; pending-- {
+		if err := <-served; first == nil && !errors.Is(err, egress.ErrClosed) {
+			first = err
+		}
+	}
+	return first
 }

@@ -39,7 +39,7 @@ func writeRenderJSON(t *testing.T, spec string) string {
 // api.anthropic.com:443), a CONNECT elsewhere is refused with 403, its
 // attempt is one JSON line, and a cancelled context ends the proxy cleanly.
 func TestEgressServe(t *testing.T) {
-	policy, err := readEgressPolicy(writeRenderJSON(t, "../../examples/egress.yaml"))
+	_, policy, err := readEgressPolicy(writeRenderJSON(t, "../../examples/egress.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestEgressServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out bytes.Buffer
 	done := make(chan error, 1)
-	go func() { done <- serveEgress(ctx, l, policy, &out) }()
+	go func() { done <- serveEgress(ctx, l, policy, nil, nil, &out) }()
 
 	c, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
