@@ -56,6 +56,7 @@ var examples = []struct {
 }{
 	{"codex", nil},
 	{"egress", nil},
+	{"gateway", nil},
 	{"hello", nil},
 	{"pipeline", map[string]string{"pr": "123", "ref": "refs/pull/123/head"}},
 	{"review", nil},
@@ -329,3 +330,33 @@ func TestStrictDecodingFails(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestGatewaySecretOnlyInTheSidecar: with a model gateway, the Secret is
+// referenced by the egress-proxy sidecar alone, never by the engine.
+func TestGatewaySecretOnlyInTheSidecar(t *testing.T) {
+	_, data := renderExample(t, "gateway", nil)
+	var checked bool
+	for _, doc := range splitDocuments(t, data) {
+		job, ok := decode(t, doc).(*batchv1.Job)
+		if !ok {
+			continue
+		}
+		pod := job.Spec.Template.Spec
+		for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+			for _, e := range c.Env {
+				ref := e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+				switch {
+				case c.Name == k8s.ProxyContainer && e.Name == "ANTHROPIC_API_KEY":
+					checked = ref
+				case ref:
+					t.Errorf("container %s references secret key %s", c.Name, e.ValueFrom.SecretKeyRef.Key)
+				case c.Name == k8s.EngineContainer && e.Name == "ANTHROPIC_API_KEY" && e.Value != "hookbox-gateway-placeholder":
+					t.Errorf("the engine's ANTHROPIC_API_KEY is %q, want the placeholder", e.Value)
+				}
+			}
+		}
+	}
+	if !checked {
+		t.Errorf("the egress-proxy sidecar does not get ANTHROPIC_API_KEY from the Secret")
+	}
+}
