@@ -36,6 +36,8 @@ const commitSubject = "the subject the agent reads"
 // run must show.
 type engineTask struct {
 	example    string // file name under examples/engines
+	spec       string // a spec file to run instead (the gateway variant)
+	secretKey  string // the secret's value; "" means test-key
 	baseURL    string
 	secret     string
 	wantRules  []string // verdict Matched rules the run must show
@@ -47,6 +49,10 @@ type engineTask struct {
 	// second one carried back from the first tool call (git's output).
 	modelTurns func() int
 	toolOutput func() (string, bool)
+	// keys are the digests of the credential each request carried in the
+	// provider's header (scripted.KeyDigest), and whether another
+	// credential came too.
+	keys func() (digests []string, other bool)
 }
 
 // runEngineTask runs the example against the scripted API at task.baseURL
@@ -54,8 +60,11 @@ type engineTask struct {
 // must show.
 func runEngineTask(t *testing.T, e *env, task engineTask, apiAddr string) *launcher.Result {
 	t.Helper()
-	file := filepath.Join("..", "examples", "engines", task.example)
-	e.extraEnv = append(e.extraEnv, task.secret+"=test-key")
+	file := task.spec
+	if file == "" {
+		file = filepath.Join("..", "examples", "engines", task.example)
+	}
+	e.extraEnv = append(e.extraEnv, task.secret+"="+task.key())
 	r := e.run(file, "--set", "base_url="+task.baseURL, "--set", "workspace="+filepath.Join(e.specDir, "ws"))
 	res := r.mustResult(t)
 	if res.Status != launcher.StatusCompleted || r.code != 0 {
@@ -130,6 +139,13 @@ func holdConnections(t *testing.T, l net.Listener) {
 	}()
 }
 
+func (task engineTask) key() string {
+	if task.secretKey != "" {
+		return task.secretKey
+	}
+	return "test-key"
+}
+
 func readRecordFile(res *launcher.Result, name string) string {
 	b, _ := os.ReadFile(filepath.Join(res.RecordDir, name))
 	return string(b)
@@ -157,101 +173,109 @@ func artifactText(t *testing.T, res *launcher.Result, name string) string {
 	return ""
 }
 
-func TestRealEngineClaude(t *testing.T) {
-	testenv.RequireIntegration(t, anthropic.ClaudeInstalled)
-	e, h := newEngineEnv(t)
-	api, base := anthropic.Start(t, h.Listen(t, apiPort), anthropic.Script{
-		{ToolUse: &anthropic.ToolUse{Name: "Bash", Input: map[string]string{"command": "git -C /workspace log -1 --format=%s", "description": "read the last commit"}}},
-		{Text: "Writing it down.", ToolUse: &anthropic.ToolUse{Name: "Write", Input: map[string]string{"file_path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
-		{Text: "Done."},
-	})
-	task := engineTask{
-		example:    "claude.yaml",
-		baseURL:    base,
-		secret:     "ANTHROPIC_API_KEY",
-		wantRules:  []string{"init", "engine", "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:pre-bash", "hook:stop"},
+// realEngine is one real engine: its example, its secret and gateway kind,
+// and how to start its scripted API (with the task's script) on a listener,
+// giving the task the run must do.
+type realEngine struct {
+	name, gatewayKind string
+	installed         testenv.Requirement
+	start             func(t *testing.T, l net.Listener) engineTask
+}
+
+var realEngines = []realEngine{
+	{"claude", "anthropic", anthropic.ClaudeInstalled, func(t *testing.T, l net.Listener) engineTask {
+		api, base := anthropic.Start(t, l, anthropic.Script{
+			{ToolUse: &anthropic.ToolUse{Name: "Bash", Input: map[string]string{"command": "git -C /workspace log -1 --format=%s", "description": "read the last commit"}}},
+			{Text: "Writing it down.", ToolUse: &anthropic.ToolUse{Name: "Write", Input: map[string]string{"file_path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
+			{Text: "Done."},
+		})
+		return anthropicTask(api, base, "claude.yaml", "engine-exec:tool-shell", "hook:pre-bash", "hook:stop")
+	}},
+	{"codex", "openai", openai.CodexInstalled, func(t *testing.T, l net.Listener) engineTask {
+		api, base := openai.Start(t, l, openai.Script{
+			{Call: &openai.Call{Name: "exec_command", Arguments: map[string]any{"cmd": "git log -1 --format=%s", "tty": false}}},
+			{Text: "Writing it down.", Custom: &openai.CustomCall{Name: "apply_patch", Input: "*** Begin Patch\n*** Add File: answer.md\n+# Last commit\n*** End Patch\n"}},
+			{Text: "Done."},
+		})
+		return engineTask{
+			example: "codex.yaml", baseURL: base + "/v1", secret: "OPENAI_API_KEY",
+			wantRules:  []string{"init", "engine", "engine-exec:process-setup", "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:pre-tool", "hook:stop"},
+			requestsAt: func() int { return len(api.Requests()) },
+			answer:     "workspace.patch", answerHas: []string{"+++ b/answer.md", "+# Last commit"},
+			modelTurns: func() int { return len(api.ModelRequests()) },
+			toolOutput: func() (string, bool) { return api.ModelRequests()[1].CallOutput(openai.CallID(0)) },
+			keys: func() (digests []string, other bool) {
+				for _, r := range api.Requests() {
+					digests = append(digests, r.KeySHA256)
+				}
+				return digests, false
+			},
+		}
+	}},
+	{"gemini", "gemini", gemini.GeminiInstalled, func(t *testing.T, l net.Listener) engineTask {
+		api, base := gemini.Start(t, l, gemini.Script{
+			{Call: &gemini.Call{Name: "run_shell_command", Args: map[string]string{"command": "git log -1 --format=%s"}}},
+			{Text: "Writing it down.", Call: &gemini.Call{Name: "write_file", Args: map[string]string{"file_path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
+			{Text: "Done."},
+		})
+		return engineTask{
+			example: "gemini.yaml", baseURL: base, secret: "GEMINI_API_KEY",
+			wantRules:  []string{"init", "engine", "hop:" + gemini.GeminiEngine, "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:before-shell", "hook:after-agent"},
+			requestsAt: func() int { return len(api.Requests()) },
+			answer:     "answer.md", answerHas: []string{"# Last commit\n"},
+			modelTurns: func() int { return len(api.ModelRequests()) },
+			toolOutput: func() (string, bool) {
+				got, ok := api.ModelRequests()[1].FunctionResponse(gemini.CallID(0))
+				return string(got.Response), ok
+			},
+			keys: func() (digests []string, other bool) {
+				for _, r := range api.Requests() {
+					digests, other = append(digests, r.KeySHA256), other || r.OtherCredential
+				}
+				return digests, other
+			},
+		}
+	}},
+	{"pi", "anthropic", pi.PiInstalled, func(t *testing.T, l net.Listener) engineTask {
+		api, base := anthropic.Start(t, l, anthropic.Script{
+			{ToolUse: &anthropic.ToolUse{Name: "bash", Input: map[string]string{"command": "git -C /workspace log -1 --format=%s"}}},
+			{Text: "Writing it down.", ToolUse: &anthropic.ToolUse{Name: "write", Input: map[string]string{"path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
+			{Text: "Done."},
+		})
+		return anthropicTask(api, base, "pi.yaml", "hop:"+pi.PiEngine, "engine-exec:tool-shell")
+	}},
+}
+
+// anthropicTask is the task of an engine on the scripted Anthropic API.
+func anthropicTask(api *anthropic.Server, base, example string, rules ...string) engineTask {
+	return engineTask{
+		example: example, baseURL: base, secret: "ANTHROPIC_API_KEY",
+		wantRules:  append([]string{"init", "engine", "allow:/usr/bin/git"}, rules...),
 		requestsAt: func() int { return len(api.Requests()) },
-		answer:     "answer.md",
-		answerHas:  []string{"# Last commit\n"},
+		answer:     "answer.md", answerHas: []string{"# Last commit\n"},
 		modelTurns: func() int { return len(api.ModelRequests()) },
 		toolOutput: func() (string, bool) {
 			got, ok := api.ModelRequests()[1].ToolResult(anthropic.ToolUseID(0))
 			return got.Content.Text(), ok
 		},
-	}
-	runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
-}
-
-func TestRealEngineCodex(t *testing.T) {
-	testenv.RequireIntegration(t, openai.CodexInstalled)
-	e, h := newEngineEnv(t)
-	api, base := openai.Start(t, h.Listen(t, apiPort), openai.Script{
-		{Call: &openai.Call{Name: "exec_command", Arguments: map[string]any{"cmd": "git log -1 --format=%s", "tty": false}}},
-		{Text: "Writing it down.", Custom: &openai.CustomCall{Name: "apply_patch", Input: "*** Begin Patch\n*** Add File: answer.md\n+# Last commit\n*** End Patch\n"}},
-		{Text: "Done."},
-	})
-	task := engineTask{
-		example:    "codex.yaml",
-		baseURL:    base + "/v1",
-		secret:     "OPENAI_API_KEY",
-		wantRules:  []string{"init", "engine", "engine-exec:process-setup", "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:pre-tool", "hook:stop"},
-		requestsAt: func() int { return len(api.Requests()) },
-		answer:     "workspace.patch",
-		answerHas:  []string{"+++ b/answer.md", "+# Last commit"},
-		modelTurns: func() int { return len(api.ModelRequests()) },
-		toolOutput: func() (string, bool) { return api.ModelRequests()[1].CallOutput(openai.CallID(0)) },
-	}
-	runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
-}
-
-func TestRealEngineGemini(t *testing.T) {
-	testenv.RequireIntegration(t, gemini.GeminiInstalled)
-	e, h := newEngineEnv(t)
-	api, base := gemini.Start(t, h.Listen(t, apiPort), gemini.Script{
-		{Call: &gemini.Call{Name: "run_shell_command", Args: map[string]string{"command": "git log -1 --format=%s"}}},
-		{Text: "Writing it down.", Call: &gemini.Call{Name: "write_file", Args: map[string]string{"file_path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
-		{Text: "Done."},
-	})
-	task := engineTask{
-		example:    "gemini.yaml",
-		baseURL:    base,
-		secret:     "GEMINI_API_KEY",
-		wantRules:  []string{"init", "engine", "hop:" + gemini.GeminiEngine, "engine-exec:tool-shell", "allow:/usr/bin/git", "hook:before-shell", "hook:after-agent"},
-		requestsAt: func() int { return len(api.Requests()) },
-		answer:     "answer.md",
-		answerHas:  []string{"# Last commit\n"},
-		modelTurns: func() int { return len(api.ModelRequests()) },
-		toolOutput: func() (string, bool) {
-			got, ok := api.ModelRequests()[1].FunctionResponse(gemini.CallID(0))
-			return string(got.Response), ok
+		keys: func() (digests []string, other bool) {
+			for _, r := range api.Requests() {
+				digests, other = append(digests, r.APIKeySHA256), other || r.Authorization
+			}
+			return digests, other
 		},
 	}
-	runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
 }
 
-func TestRealEnginePi(t *testing.T) {
-	testenv.RequireIntegration(t, pi.PiInstalled)
-	e, h := newEngineEnv(t)
-	api, base := anthropic.Start(t, h.Listen(t, apiPort), anthropic.Script{
-		{ToolUse: &anthropic.ToolUse{Name: "bash", Input: map[string]string{"command": "git -C /workspace log -1 --format=%s"}}},
-		{Text: "Writing it down.", ToolUse: &anthropic.ToolUse{Name: "write", Input: map[string]string{"path": "/run/hookbox/out/answer.md", "content": "# Last commit\n"}}},
-		{Text: "Done."},
-	})
-	task := engineTask{
-		example:    "pi.yaml",
-		baseURL:    base,
-		secret:     "ANTHROPIC_API_KEY",
-		wantRules:  []string{"init", "engine", "hop:" + pi.PiEngine, "engine-exec:tool-shell", "allow:/usr/bin/git"},
-		requestsAt: func() int { return len(api.Requests()) },
-		answer:     "answer.md",
-		answerHas:  []string{"# Last commit\n"},
-		modelTurns: func() int { return len(api.ModelRequests()) },
-		toolOutput: func() (string, bool) {
-			got, ok := api.ModelRequests()[1].ToolResult(anthropic.ToolUseID(0))
-			return got.Content.Text(), ok
-		},
+func TestRealEngines(t *testing.T) {
+	for _, eng := range realEngines {
+		t.Run(eng.name, func(t *testing.T) {
+			testenv.RequireIntegration(t, eng.installed)
+			e, h := newEngineEnv(t)
+			task := eng.start(t, h.Listen(t, apiPort))
+			runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
+		})
 	}
-	runEngineTask(t, e, task, fmt.Sprintf("%s:%d", h.Addr(), apiPort))
 }
 
 // TestRealEngineTimeout: each real engine waits on a model API that

@@ -194,3 +194,63 @@ func fileContaining(t *testing.T, root string, needle []byte) string {
 	})
 	return hit
 }
+
+// TestGatewayEngines: each real engine does its task of examples/engines
+// with its key behind the gateway (the example's secret turned into a
+// gateway secret whose upstream is the scripted API over TLS): the task
+// completes confirmed as without the gateway, and the API receives the
+// real key, only in its provider's header, on every request.
+func TestGatewayEngines(t *testing.T) {
+	for _, eng := range realEngines {
+		t.Run(eng.name, func(t *testing.T) {
+			testenv.RequireIntegration(t, eng.installed)
+			e, h := newEngineEnv(t)
+			ca := newTestCA(t, h.Addr())
+			task := eng.start(t, tls.NewListener(h.Listen(t, 8443), &tls.Config{Certificates: []tls.Certificate{ca.leaf}}))
+			task.secretKey = "sentinel-" + hex.EncodeToString(randomBytes(t, 12))
+			task.spec = gatewayVariant(t, e, task, eng.gatewayKind, fmt.Sprintf("https://%s:8443", h.Addr()))
+			e.extraEnv = append(e.extraEnv, "SSL_CERT_FILE="+ca.pemFile)
+			res := runEngineTask(t, e, task, fmt.Sprintf("%s:8443", h.Addr()))
+			want := sha256.Sum256([]byte(task.secretKey))
+			digests, other := task.keys()
+			for i, d := range digests {
+				if d != hex.EncodeToString(want[:]) {
+					t.Errorf("request %d reached the API without the real key in its provider's header", i)
+				}
+			}
+			if other {
+				t.Errorf("a request carried another credential besides the provider's header")
+			}
+			if hit := fileContaining(t, res.RecordDir, []byte(task.secretKey)); hit != "" {
+				t.Errorf("the key is in %s", hit)
+			}
+		})
+	}
+}
+
+// gatewayVariant writes the engine's example with its secret behind the
+// gateway: no engine.baseURL (the gateway sets it) and no network block
+// (the gateway's upstream is then the only destination).
+func gatewayVariant(t *testing.T, e *env, task engineTask, kind, upstream string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "examples", "engines", task.example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	for old, repl := range map[string]string{
+		"    baseURL: \"{{ base_url }}\"\n":    "",
+		"  network:\n    allow: [model-api]\n": "",
+		"secrets: [" + task.secret + "]":       fmt.Sprintf("secrets: [{name: %s, gateway: %s, upstream: %q}]", task.secret, kind, upstream),
+	} {
+		if !strings.Contains(text, old) {
+			t.Fatalf("%s no longer has %q: update gatewayVariant", task.example, old)
+		}
+		text = strings.Replace(text, old, repl, 1)
+	}
+	file := filepath.Join(e.specDir, "gateway-"+task.example)
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}

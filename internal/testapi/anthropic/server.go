@@ -6,8 +6,6 @@
 package anthropic
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -194,10 +192,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone()}
 	rec.HasAPIKey = rec.Header.Get("X-Api-Key") != "" || rec.Header.Get("Authorization") != ""
 	rec.Authorization = len(rec.Header.Values("Authorization")) > 0
-	if keys := rec.Header.Values("X-Api-Key"); len(keys) > 0 {
-		sum := sha256.Sum256([]byte(strings.Join(keys, "\x00")))
-		rec.APIKeySHA256 = hex.EncodeToString(sum[:])
-	}
+	rec.APIKeySHA256 = scripted.KeyDigest(rec.Header.Values("X-Api-Key"))
 	rec.Header.Del("X-Api-Key")
 	rec.Header.Del("Authorization")
 	switch {

@@ -46,10 +46,15 @@ const FinalText = "Done."
 // recorded, only whether some were sent.
 type Request struct {
 	Method, Path, RawQuery string
-	Header                 http.Header      // without x-goog-api-key and authorization
-	HasAPIKey              bool             // x-goog-api-key, a key parameter or authorization was sent
-	Model, Action          string           // from /v1beta/models/{Model}:{Action}
-	Generate               *GenerateRequest // the decoded body of a model request
+	Header                 http.Header // without x-goog-api-key and authorization
+	HasAPIKey              bool        // x-goog-api-key, a key parameter or authorization was sent
+	// KeySHA256 is the hex sha256 of the x-goog-api-key value(s)
+	// (scripted.KeyDigest); a key parameter or authorization is not in it.
+	KeySHA256 string
+	// OtherCredential: a key parameter or an authorization header came too.
+	OtherCredential bool
+	Model, Action   string           // from /v1beta/models/{Model}:{Action}
+	Generate        *GenerateRequest // the decoded body of a model request
 }
 
 // GenerateRequest is the part of a generateContent request body tests
@@ -188,6 +193,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()}
 	query := r.URL.Query()
 	rec.HasAPIKey = rec.Header.Get("X-Goog-Api-Key") != "" || rec.Header.Get("Authorization") != "" || query.Get("key") != ""
+	rec.KeySHA256 = scripted.KeyDigest(rec.Header.Values("X-Goog-Api-Key"))
+	rec.OtherCredential = rec.Header.Get("Authorization") != "" || query.Has("key")
 	rec.Header.Del("X-Goog-Api-Key")
 	rec.Header.Del("Authorization")
 	query.Del("key")

@@ -53,9 +53,11 @@ const FinalText = "Done."
 // recorded, only whether some were sent.
 type Request struct {
 	Method, Path, RawQuery string
-	Header                 http.Header       // without authorization
-	HasAPIKey              bool              // a bearer token was sent
-	Responses              *ResponsesRequest // the decoded body of a model request
+	Header                 http.Header // without authorization
+	HasAPIKey              bool        // a bearer token was sent
+	// KeySHA256 is the hex sha256 of the bearer token(s) (scripted.KeyDigest).
+	KeySHA256 string
+	Responses *ResponsesRequest // the decoded body of a model request
 }
 
 // ResponsesRequest is the part of a Responses API request body tests look
@@ -197,6 +199,11 @@ func (s *Server) ModelRequests() []*ResponsesRequest {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone()}
 	rec.HasAPIKey = strings.TrimPrefix(rec.Header.Get("Authorization"), "Bearer ") != ""
+	var tokens []string
+	for _, v := range rec.Header.Values("Authorization") {
+		tokens = append(tokens, strings.TrimPrefix(v, "Bearer "))
+	}
+	rec.KeySHA256 = scripted.KeyDigest(tokens)
 	rec.Header.Del("Authorization")
 	if r.URL.Path != "/v1/responses" || r.Method != http.MethodPost {
 		s.record(rec)

@@ -7,6 +7,8 @@ package scripted
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -82,4 +84,15 @@ func ReadEvents(t testing.TB, r io.Reader) []Event {
 		t.Fatalf("reading the event stream: %v", err)
 	}
 	return events
+}
+
+// KeyDigest is the hex sha256 of the credential values a request carried
+// in one header (joined by NUL; "" when there were none), so a server can
+// record which key arrived without holding it.
+func KeyDigest(values []string) string {
+	if len(values) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(strings.Join(values, "\x00")))
+	return hex.EncodeToString(sum[:])
 }
