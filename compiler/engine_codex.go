@@ -238,15 +238,10 @@ func (c *compilation) addCodexHooks() error {
 		Command string `json:"command"`
 		Timeout int64  `json:"timeout,omitempty"` // seconds
 	}
-	content, err := c.hookSettings(func(h *Hook) any {
+	return c.addHookSettings(path.Join(codexHome, "hooks.json"), func(h *Hook) hookHandler {
 		_, command := c.hookChain(h)
-		return handler{Type: "command", Command: command, Timeout: int64(h.Timeout.Seconds())}
+		return shellFormHandler(h, handler{Type: "command", Command: command, Timeout: int64(h.Timeout.Seconds())})
 	})
-	if err != nil {
-		return err
-	}
-	c.addFile(path.Join(codexHome, "hooks.json"), 0o644, content)
-	return nil
 }
 
 // codexWorkspaceServer is an MCP server a workspace's .codex/config.toml
