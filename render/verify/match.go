@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"hookbox.dev/hookbox/internal/shellwords"
-	"hookbox.dev/hookbox/render"
 )
 
 // outcome is how an event compares with a planned exec. matchMaybe is a
@@ -19,35 +18,29 @@ const (
 	matchYes
 )
 
-// execMatcher is one planned exec (render.Exec): the path execve gets, the
-// exact argv with slot indices that match any single element, and the
-// identity of the file when the launcher knows it.
+// execMatcher is one planned exec: the path execve gets, the exact argv
+// (launch slots already filled where their values are known) with free
+// positions that match any single element, and the identity of the file
+// when the launcher knows it.
 type execMatcher struct {
 	rule string
 	path string
 	argv []string
-	slot []bool
+	slot []bool // free positions
 	// rest: elements after argv are free (an engine exec rule's Rest).
 	rest bool
 	// cmd is the index of a shell command string that quotes cmdArgv, the
-	// next chain element, whose slots are filled at launch; -1 when none.
+	// next chain element, some of whose launch slots have no known value
+	// (cmdSlot); -1 when none.
 	cmd     int
 	cmdArgv []string
 	cmdSlot []bool
 }
 
-func newExecMatcher(rule string, e render.Exec, next *render.Exec) *execMatcher {
-	m := &execMatcher{rule: rule, path: e.Path, argv: slices.Clone(e.Argv), slot: slotMask(len(e.Argv), e.Slots), cmd: -1}
-	if next != nil && len(next.Slots) > 0 {
-		quoted := shellwords.Join(next.Argv)
-		for i, a := range e.Argv {
-			if a == quoted && !m.slot[i] {
-				m.cmd, m.cmdArgv, m.cmdSlot = i, slices.Clone(next.Argv), slotMask(len(next.Argv), next.Slots)
-				break
-			}
-		}
-	}
-	return m
+// newExecMatcher matches path and argv exactly, except at the free
+// positions.
+func newExecMatcher(rule, path string, argv []string, free []int) *execMatcher {
+	return &execMatcher{rule: rule, path: path, argv: slices.Clone(argv), slot: slotMask(len(argv), free), cmd: -1}
 }
 
 // slotMask turns slot indices into a mask; indices out of range are ignored.
@@ -203,9 +196,9 @@ func (m *execMatcher) elementOK(i int, got string, partial bool) bool {
 }
 
 // filledCommand reports whether cmd is the canonical quoting of an argv that
-// matches the next chain element with its slots filled. Requiring the
-// canonical form (Join of the split equals cmd) means no shell syntax can
-// hide around a slot value.
+// matches the next chain element, any value in its unknown slots.
+// Requiring the canonical form (Join of the split equals cmd) means no
+// shell syntax can hide around a slot value.
 func (m *execMatcher) filledCommand(cmd string) bool {
 	words, err := shellwords.Split(cmd)
 	if err != nil || shellwords.Join(words) != cmd || len(words) != len(m.cmdArgv) {
