@@ -10,8 +10,8 @@ import (
 )
 
 // fuzzRender has every kind of rule: an engine with a self-exec name, an
-// exec-form hook with a launch slot, a script hook, a hook through bash -c
-// with a launch slot, and allowed programs.
+// exec-form hook with a launch slot, a script hook with its "#!" line, a
+// hook through bash -c with a launch slot, and allowed programs.
 func fuzzRender() *render.Render {
 	r := claudeRender()
 	shellArgv := []string{auditPath, "--shell", "{run_id}"}
@@ -24,6 +24,12 @@ func fuzzRender() *render.Render {
 		},
 	})
 	r.Trace.Allow = []string{bashPath, gitPath}
+	// The lint hook is a script whose "#!" line the render records.
+	for i := range r.Programs {
+		if r.Programs[i].Path == lintPath {
+			r.Programs[i].Shebang = &render.Shebang{Interpreter: python}
+		}
+	}
 	return r
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"hookbox.dev/hookbox/internal/shellwords"
+	"hookbox.dev/hookbox/render"
 )
 
 // outcome is how an event compares with a planned exec. matchMaybe is a
@@ -29,6 +30,9 @@ type execMatcher struct {
 	slot []bool // free positions
 	// rest: elements after argv are free (an engine exec rule's Rest).
 	rest bool
+	// script is how the kernel runs path when it is a "#!" script (its
+	// program's render.Shebang); nil when the render does not say.
+	script *render.Shebang
 	// cmd is the index of a shell command string that quotes cmdArgv, the
 	// next chain element, some of whose launch slots have no known value
 	// (cmdSlot); -1 when none.
@@ -61,7 +65,7 @@ type matchResult struct {
 	idKnown bool   // both the expected and the observed identity were known
 }
 
-// match compares e with m, trying the direct form and the shebang forms
+// match compares e with m, trying the direct form and the shebang form
 // (see the package doc) and keeping the closest: a match, else a possible
 // match, else the form with the fewest differences (direct on a tie).
 func (m *execMatcher) match(e *Event, ids FileIdentities, programs map[string]bool) matchResult {
@@ -69,20 +73,88 @@ func (m *execMatcher) match(e *Event, ids FileIdentities, programs map[string]bo
 		return matchResult{diffs: []Diff{{Rule: m.rule, Field: FieldFilename, Index: -1, Want: m.path, Got: e.Filename}}}
 	}
 	best := m.matchForm(e, 0, ids.lookup(m.path))
+	if m.script != nil {
+		if best.outcome != matchYes {
+			best = closer(best, m.matchScript(e, ids))
+		}
+		return best
+	}
+	// A render that does not say how its scripts run (recorded before the
+	// compiler read "#!" lines): any program of the render may be the
+	// interpreter.
 	offsets, undecided := m.shebangOffsets(e, programs)
 	for _, off := range offsets {
 		if best.outcome == matchYes {
 			break
 		}
-		res := m.matchForm(e, off, ids.lookup(e.Argv[0]))
-		if res.outcome > best.outcome || res.outcome == matchNo && best.outcome == matchNo && len(res.diffs) < len(best.diffs) {
-			best = res
-		}
+		best = closer(best, m.matchForm(e, off, ids.lookup(e.Argv[0])))
 	}
 	if undecided && best.outcome == matchNo {
 		return matchResult{outcome: matchMaybe}
 	}
 	return best
+}
+
+// closer is b when it is a better outcome than a, or as bad with fewer
+// differences; else a.
+func closer(a, b matchResult) matchResult {
+	if b.outcome > a.outcome || b.outcome == matchNo && a.outcome == matchNo && len(b.diffs) < len(a.diffs) {
+		return b
+	}
+	return a
+}
+
+// scriptHead is how the argv the kernel builds for a "#!" script starts:
+// the interpreter, the line's argument if it has one, the script's path.
+func scriptHead(sc *render.Shebang, script string) []string {
+	head := []string{sc.Interpreter}
+	if sc.Arg != "" {
+		head = append(head, sc.Arg)
+	}
+	return append(head, script)
+}
+
+// headDiffs compares the visible start of e.Argv with head (the last
+// visible element of a truncated argv may be cut) and reports the
+// differences, and whether the whole head was visible.
+func headDiffs(rule string, head []string, e *Event) (diffs []Diff, whole bool) {
+	script := len(head) - 1
+	for i := 0; i < len(head) && i < len(e.Argv); i++ {
+		got := e.Argv[i]
+		if got == head[i] || e.Truncated && i == len(e.Argv)-1 && strings.HasPrefix(head[i], got) {
+			continue
+		}
+		if i == script {
+			// The script path stands for the rule's argv[0].
+			diffs = append(diffs, Diff{Rule: rule, Field: FieldArgv, Index: 0, Want: head[i], Got: got})
+			continue
+		}
+		diffs = append(diffs, Diff{Rule: rule, Field: FieldInterpreter, Index: -1, Want: head[i], Got: got})
+	}
+	return diffs, len(e.Argv) >= len(head)
+}
+
+// matchScript compares e with the kernel's exec of the script m.path by
+// its "#!" line: argv [Interpreter, Arg?, script, argv[1:]...], the exe
+// the interpreter, whether or not the render declares the interpreter.
+func (m *execMatcher) matchScript(e *Event, ids FileIdentities) matchResult {
+	head := scriptHead(m.script, m.path)
+	diffs, whole := headDiffs(m.rule, head, e)
+	if !whole {
+		switch {
+		case len(diffs) == 0 && e.Truncated:
+			return matchResult{outcome: matchMaybe}
+		case !e.Truncated:
+			diffs = append(diffs, Diff{Rule: m.rule, Field: FieldArgc, Index: -1,
+				Want: strconv.Itoa(len(m.argv) + len(head) - 1), Got: strconv.Itoa(len(e.Argv))})
+		}
+		return matchResult{diffs: diffs}
+	}
+	res := m.matchForm(e, len(head)-1, ids.lookup(m.script.Interpreter))
+	if len(diffs) > 0 {
+		res.outcome, res.diffs = matchNo, append(diffs, res.diffs...)
+	}
+	return res
 }
 
 // shebangOffsets returns where the script path may sit in e.Argv if the

@@ -79,10 +79,11 @@
 //     another identity is engine-exec-binary-differs; with an unknown
 //     identity, exec-identity-unknown unless a later rule accepts it.
 //  4. Allow list: Filename in Trace.Allow with any argv, provided the
-//     identity, when both sides know it, is that program's; or an exec whose
-//     identity is the identity of an allowed program under another path (a
-//     symlink to it). An allowed path with another identity is
-//     allowed-binary-differs.
+//     identity, when both sides know it, is that program's (for a script
+//     whose argv starts as its "#!" line makes it, the interpreter's: see
+//     Shebang scripts below); or an exec whose identity is the identity of
+//     an allowed program under another path (a symlink to it). An allowed
+//     path with another identity is allowed-binary-differs.
 //  5. Otherwise: Filename is a hook chain path → hook-argv-differs (or
 //     hook-binary-differs) with the diffs of the closest chain element;
 //     anything else → unexpected-exec.
@@ -145,14 +146,22 @@
 //     (see Launch slots). Any other text (another value, extra shell
 //     syntax around a slot value) is a difference.
 //   - Shebang scripts: when the program is a script, the kernel makes the
-//     argv [interpreter, (one optional argument), script path, argv[1:]...]
-//     and the exe is the interpreter. An event whose Filename is the rule's
-//     path, whose argv[0] is a Program of the render and whose argv has the
-//     script path at index 1 or 2 matches when argv[1:] of the rule equals
-//     what follows; its identity is checked against the interpreter's. The
-//     rule's argv[0] is not visible in this form and is not compared. An
-//     `env` shebang (#!/usr/bin/env node) makes env exec the interpreter,
-//     a second exec that must be allowed like any other program.
+//     argv [interpreter, (the "#!" line's argument), script path,
+//     argv[1:]...] and the exe is the interpreter. For a program whose
+//     render entry has a Shebang, a planned exec of it (init, engine, hook
+//     chain) also matches an event whose argv is exactly
+//     [Shebang.Interpreter, Shebang.Arg (when set), script, argv[1:]...]
+//     with the identity ids[Shebang.Interpreter], whether or not the
+//     interpreter is declared anywhere; a different interpreter or argument
+//     is a FieldInterpreter diff. An allowed script is accepted in that form
+//     with the interpreter's identity (any further argv, as for any allowed
+//     program). The rule's argv[0] is not visible in this form and is not
+//     compared. For a render without Shebang entries (recorded before the
+//     compiler read "#!" lines), an event whose argv[0] is a Program of the
+//     render and whose argv has the script path at index 1 or 2 matches the
+//     same way, the identity checked against that program's. An `env`
+//     shebang (#!/usr/bin/env node) then makes env exec the interpreter: the
+//     hop, above.
 //   - Truncated argv: the last visible element may be cut. The visible
 //     prefix is compared (the last visible element as a prefix); a
 //     difference there is a contradiction, agreement is only the gap
@@ -239,6 +248,7 @@ const (
 // Diff fields.
 const (
 	FieldFilename    = "filename"    // the exec's path
+	FieldInterpreter = "interpreter" // a script's interpreter or its "#!" argument (shebang form)
 	FieldArgc        = "argc"        // argv length
 	FieldArgv        = "argv"        // one argv element (Index)
 	FieldIdentity    = "identity"    // (dev, ino) as "dev:ino"
@@ -551,6 +561,7 @@ func newJudge(r *render.Render, events []Event, ids FileIdentities, slots render
 func (j *judge) plannedMatcher(rule string, e render.Exec, next *render.Exec) *execMatcher {
 	argv, free := j.fill(e)
 	m := newExecMatcher(rule, e.Path, argv, free)
+	m.script = j.scripts[e.Path]
 	if next == nil || len(next.Slots) == 0 {
 		return m
 	}
@@ -912,7 +923,14 @@ func (j *judge) judgeExec(pos int, e *timedEvent) {
 
 	// 4. The allow list, by path and by identity.
 	if j.allow[e.Filename] {
-		want := j.ids.lookup(e.Filename)
+		want, wantText := j.ids.lookup(e.Filename), ""
+		if sc := j.scripts[e.Filename]; sc != nil {
+			// The kernel ran the script by its "#!" line when the argv
+			// says so: the exe is then the interpreter.
+			if diffs, whole := headDiffs("", scriptHead(sc, e.Filename), &e.Event); len(diffs) == 0 && (whole || e.Truncated) {
+				want, wantText = j.ids.lookup(sc.Interpreter), " (interpreter "+sc.Interpreter+")"
+			}
+		}
 		if !want.known() || !e.id().known() || want == e.id() {
 			j.match("allow:"+e.Filename, e)
 			j.expectHop(pos, e)
@@ -923,7 +941,7 @@ func (j *judge) judgeExec(pos int, e *timedEvent) {
 			return
 		}
 		j.contradict(ReasonAllowedBinaryDiffers)
-		j.diff(Diff{Rule: "allow:" + e.Filename, Field: FieldIdentity, Index: -1, Want: want.String(), Got: e.id().String(), EventPID: e.PID})
+		j.diff(Diff{Rule: "allow:" + e.Filename, Field: FieldIdentity, Index: -1, Want: want.String() + wantText, Got: e.id().String(), EventPID: e.PID})
 		return
 	}
 	if p, ok := j.allowIDs[e.id()]; ok && e.id().known() {
