@@ -90,7 +90,7 @@ func init() {
 var claudeProfiles = []*engineProfile{{
 	version: "2.1.197",
 	toolShell: &shellRule{name: "bash", argv0: argv0Path, env: "SHELL",
-		forms: [][]string{{"-c", slotArg}, {"-c", "-l", slotArg}}},
+		forms: [][]string{{"-c", freeArg}, {"-c", "-l", freeArg}}},
 }}
 
 func buildClaude(c *compilation) error {

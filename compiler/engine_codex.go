@@ -90,7 +90,7 @@ func init() {
 var codexProfiles = []*engineProfile{{
 	version:   "0.171.0",
 	hookShell: &shellRule{name: "bash", argv0: argv0Path},
-	toolShell: &shellRule{name: "bash", argv0: argv0Path, forms: [][]string{{"-lc", slotArg}, {"-c", slotArg}}},
+	toolShell: &shellRule{name: "bash", argv0: argv0Path, forms: [][]string{{"-lc", freeArg}, {"-c", freeArg}}},
 	execs: []profileExec{{
 		name: "process-setup", path: "/proc/self/exe",
 		argv: []string{"/proc/self/exe", "--codex-run-as-process-setup"}, rest: true, engineBinary: true,

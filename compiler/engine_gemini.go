@@ -83,7 +83,7 @@ func init() {
 var geminiProfiles = []*engineProfile{{
 	version:     "0.61.0",
 	hookShell:   &shellRule{name: "bash", argv0: argv0Name},
-	toolShell:   &shellRule{name: "bash", argv0: argv0Path, forms: [][]string{{"-c", slotArg}}},
+	toolShell:   &shellRule{name: "bash", argv0: argv0Path, forms: [][]string{{"-c", freeArg}}},
 	nodePackage: true,
 	env: func(c *compilation) map[string]string {
 		return map[string]string{"GEMINI_CLI_NO_RELAUNCH": "true", "NODE_OPTIONS": nodeHeapOptions(c)}
