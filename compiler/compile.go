@@ -315,8 +315,10 @@ func (c *compilation) setEnv(name, source, value string) {
 	c.r.Process.Env = append(c.r.Process.Env, render.EnvVar{Name: name, Source: source, Value: value})
 }
 
-func (c *compilation) addFile(p string, mode uint32, content string) {
-	c.r.Files = append(c.r.Files, render.File{Path: p, Mode: mode, Content: content})
+// addFile adds a generated file; slots are the strings of its JSON content
+// that hold launch slots.
+func (c *compilation) addFile(p string, mode uint32, content string, slots ...render.FileSlot) {
+	c.r.Files = append(c.r.Files, render.File{Path: p, Mode: mode, Content: content, Slots: slots})
 }
 
 func (c *compilation) hooks() {

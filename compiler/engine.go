@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"hookbox.dev/hookbox/internal/shellwords"
@@ -90,13 +91,7 @@ func fixedHosts(hosts ...string) func(*SpawnSpec) []string {
 // for shell engines, the command string hookbox generated.
 func (c *compilation) hookChain(h *Hook) (chain []render.Exec, command string) {
 	argv := []string(h.Argv)
-	var slots []int
-	for i, arg := range argv {
-		if _, ok := slotName(arg); ok {
-			slots = append(slots, i)
-		}
-	}
-	direct := render.Exec{Path: argv[0], Argv: slices.Clone(argv), Slots: slots}
+	direct := render.Exec{Path: argv[0], Argv: slices.Clone(argv), Slots: launchSlots(argv)}
 	if c.hookShell == "" {
 		return []render.Exec{direct}, ""
 	}
@@ -180,26 +175,77 @@ func (c *compilation) note(format string, args ...any) {
 	c.r.Notes = append(c.r.Notes, fmt.Sprintf(format, args...))
 }
 
+// launchSlots are the indices of the launch slot elements of argv.
+func launchSlots(argv []string) []int {
+	var slots []int
+	for i, arg := range argv {
+		if name, ok := render.SlotName(arg); ok && slices.Contains(render.LaunchSlots, name) {
+			slots = append(slots, i)
+		}
+	}
+	return slots
+}
+
+// hookHandler is one hook's entry in an engine's hooks table, and the
+// strings in it that hold launch slots (pointers relative to the entry).
+type hookHandler struct {
+	entry any
+	slots []render.FileSlot
+}
+
+// execFormHandler: the hook's args array (Claude Code's exec form); each
+// slot element is a slot string.
+func execFormHandler(h *Hook, entry any) hookHandler {
+	out := hookHandler{entry: entry}
+	for _, i := range launchSlots(h.Argv) {
+		out.slots = append(out.slots, render.FileSlot{Pointer: render.JSONPointer("args", strconv.Itoa(i-1))})
+	}
+	return out
+}
+
+// shellFormHandler: the hook's command string (Codex, Gemini), a slot
+// string of shell form when the argv has slots.
+func shellFormHandler(h *Hook, entry any) hookHandler {
+	out := hookHandler{entry: entry}
+	if len(launchSlots(h.Argv)) > 0 {
+		out.slots = []render.FileSlot{{Pointer: render.JSONPointer("command"), Shell: true}}
+	}
+	return out
+}
+
 // hookEvents builds the hooks table Claude Code, Codex and Gemini share:
 // {Event: [{"matcher": M, "hooks": [handler]}]}, one group per hook in
-// declaration order. handler gives the engine-specific entry for one hook.
-func (c *compilation) hookEvents(handler func(h *Hook) any) any {
+// declaration order, and the slot strings in it under prefix, the
+// pointer of the table in its file. handler gives the engine-specific
+// entry for one hook.
+func (c *compilation) hookEvents(prefix string, handler func(h *Hook) hookHandler) (any, []render.FileSlot) {
 	type group struct {
 		Matcher string `json:"matcher,omitempty"`
 		Hooks   []any  `json:"hooks"`
 	}
 	events := map[string][]group{}
+	var slots []render.FileSlot
 	for i := range c.spec.Hooks {
 		h := &c.spec.Hooks[i]
-		events[h.Event] = append(events[h.Event], group{Matcher: h.Matcher, Hooks: []any{handler(h)}})
+		hh := handler(h)
+		at := prefix + render.JSONPointer(h.Event, strconv.Itoa(len(events[h.Event])), "hooks", "0")
+		for _, s := range hh.slots {
+			slots = append(slots, render.FileSlot{Pointer: at + s.Pointer, Shell: s.Shell})
+		}
+		events[h.Event] = append(events[h.Event], group{Matcher: h.Matcher, Hooks: []any{hh.entry}})
 	}
-	return events
+	return events, slots
 }
 
-// hookSettings is the document {"hooks": hookEvents(handler)}.
-func (c *compilation) hookSettings(handler func(h *Hook) any) (string, error) {
-	data, err := canonjson.Marshal(map[string]any{"hooks": c.hookEvents(handler)})
-	return string(data), err
+// addHookSettings writes the document {"hooks": hookEvents(handler)} at p.
+func (c *compilation) addHookSettings(p string, handler func(h *Hook) hookHandler) error {
+	events, slots := c.hookEvents(render.JSONPointer("hooks"), handler)
+	data, err := canonjson.Marshal(map[string]any{"hooks": events})
+	if err != nil {
+		return err
+	}
+	c.addFile(p, 0o644, string(data), slots...)
+	return nil
 }
 
 // baseURLEnvGiven reports a base-URL variable of the engine that the spec

@@ -90,7 +90,7 @@ func init() {
 var claudeProfiles = []*engineProfile{{
 	version: "2.1.197",
 	toolShell: &shellRule{name: "bash", argv0: argv0Path, env: "SHELL",
-		forms: [][]string{{"-c", slotArg}, {"-c", "-l", slotArg}}},
+		forms: [][]string{{"-c", freeArg}, {"-c", "-l", freeArg}}},
 }}
 
 func buildClaude(c *compilation) error {
@@ -134,14 +134,9 @@ func (c *compilation) addClaudeSettings() error {
 		Args    []string `json:"args"`
 		Timeout int64    `json:"timeout,omitempty"` // seconds
 	}
-	content, err := c.hookSettings(func(h *Hook) any {
-		return handler{Type: "command", Command: h.Argv[0], Args: append([]string{}, h.Argv[1:]...), Timeout: int64(h.Timeout.Seconds())}
+	return c.addHookSettings(claudeSettingsPath, func(h *Hook) hookHandler {
+		return execFormHandler(h, handler{Type: "command", Command: h.Argv[0], Args: append([]string{}, h.Argv[1:]...), Timeout: int64(h.Timeout.Seconds())})
 	})
-	if err != nil {
-		return err
-	}
-	c.addFile(claudeSettingsPath, 0o644, content)
-	return nil
 }
 
 func mcpHasCredentials(servers map[string]MCPServer) bool {

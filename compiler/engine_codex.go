@@ -90,7 +90,7 @@ func init() {
 var codexProfiles = []*engineProfile{{
 	version:   "0.171.0",
 	hookShell: &shellRule{name: "bash", argv0: argv0Path},
-	toolShell: &shellRule{name: "bash", argv0: argv0Path, forms: [][]string{{"-lc", slotArg}, {"-c", slotArg}}},
+	toolShell: &shellRule{name: "bash", argv0: argv0Path, forms: [][]string{{"-lc", freeArg}, {"-c", freeArg}}},
 	execs: []profileExec{{
 		name: "process-setup", path: "/proc/self/exe",
 		argv: []string{"/proc/self/exe", "--codex-run-as-process-setup"}, rest: true, engineBinary: true,
@@ -238,15 +238,10 @@ func (c *compilation) addCodexHooks() error {
 		Command string `json:"command"`
 		Timeout int64  `json:"timeout,omitempty"` // seconds
 	}
-	content, err := c.hookSettings(func(h *Hook) any {
+	return c.addHookSettings(path.Join(codexHome, "hooks.json"), func(h *Hook) hookHandler {
 		_, command := c.hookChain(h)
-		return handler{Type: "command", Command: command, Timeout: int64(h.Timeout.Seconds())}
+		return shellFormHandler(h, handler{Type: "command", Command: command, Timeout: int64(h.Timeout.Seconds())})
 	})
-	if err != nil {
-		return err
-	}
-	c.addFile(path.Join(codexHome, "hooks.json"), 0o644, content)
-	return nil
 }
 
 // codexWorkspaceServer is an MCP server a workspace's .codex/config.toml

@@ -83,7 +83,7 @@ func init() {
 var geminiProfiles = []*engineProfile{{
 	version:     "0.61.0",
 	hookShell:   &shellRule{name: "bash", argv0: argv0Name},
-	toolShell:   &shellRule{name: "bash", argv0: argv0Path, forms: [][]string{{"-c", slotArg}}},
+	toolShell:   &shellRule{name: "bash", argv0: argv0Path, forms: [][]string{{"-c", freeArg}}},
 	nodePackage: true,
 	env: func(c *compilation) map[string]string {
 		return map[string]string{"GEMINI_CLI_NO_RELAUNCH": "true", "NODE_OPTIONS": nodeHeapOptions(c)}
@@ -136,10 +136,11 @@ func (c *compilation) addGeminiSettings() error {
 		Timeout int64  `json:"timeout,omitempty"` // milliseconds
 	}
 	settings := map[string]any{}
+	var slots []render.FileSlot
 	if len(c.spec.Hooks) > 0 {
-		settings["hooks"] = c.hookEvents(func(h *Hook) any {
+		settings["hooks"], slots = c.hookEvents(render.JSONPointer("hooks"), func(h *Hook) hookHandler {
 			_, command := c.hookChain(h)
-			return handler{Type: "command", Name: h.Name, Command: command, Timeout: h.Timeout.Milliseconds()}
+			return shellFormHandler(h, handler{Type: "command", Name: h.Name, Command: command, Timeout: h.Timeout.Milliseconds()})
 		})
 	}
 	if geminiUsesAPIKey(c.spec) {
@@ -152,6 +153,6 @@ func (c *compilation) addGeminiSettings() error {
 	if err != nil {
 		return err
 	}
-	c.addFile(geminiSettingsPath, 0o644, string(content))
+	c.addFile(geminiSettingsPath, 0o644, string(content), slots...)
 	return nil
 }

@@ -106,7 +106,7 @@ func init() {
 // It re-execs nothing.
 var piProfiles = []*engineProfile{{
 	version:     "0.73.1",
-	toolShell:   &shellRule{name: "/bin/bash", argv0: argv0Path, forms: [][]string{{"-c", slotArg}}},
+	toolShell:   &shellRule{name: "/bin/bash", argv0: argv0Path, forms: [][]string{{"-c", freeArg}}},
 	nodePackage: true,
 	env: func(c *compilation) map[string]string {
 		return map[string]string{"NODE_OPTIONS": nodeHeapOptions(c)}

@@ -1,12 +1,17 @@
 package compiler
 
 import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"hookbox.dev/hookbox/internal/shellwords"
 	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/canonjson"
 )
 
 func TestHookStringRefusals(t *testing.T) {
@@ -132,5 +137,116 @@ func TestHookRules(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: want an error containing %q, got %v", name, tc.want, err)
 		}
+	}
+}
+
+// hostileSlotValues are launch values no real run has, each able to change
+// a JSON document or a shell command if it were pasted in as text.
+var hostileSlotValues = render.SlotValues{
+	render.SlotRunID:  `x" ,"args":["pwned"]} '$(touch /tmp/pwned)' ` + "`id`;\n/bin/rm -rf / \\\" \u2028 {run_dir}",
+	render.SlotRunDir: "'\"\n$HOME",
+}
+
+// TestHookSlotsFilledAtLaunch: every engine's generated hook file says
+// where its launch slots are, and filling them gives the hook exactly the
+// values, as one args element (exec form) or one shell word (command
+// strings), with the rest of the document unchanged: a matcher that reads
+// like a slot, a hook without slots.
+func TestHookSlotsFilledAtLaunch(t *testing.T) {
+	hooks := "  hooks:\n" +
+		"    - {name: a, event: %[1]s, matcher: '{run_id}', argv: [/opt/audit, '{run_id}', 'it''s', '{run_dir}']}\n" +
+		"    - {name: b, event: %[1]s, argv: [/opt/audit, '{run_id}']}\n" +
+		"    - {name: c, event: %[2]s, argv: [/opt/plain, '{x']}"
+	filled := func(argv ...string) []string {
+		out := slices.Clone(argv)
+		for i, a := range out {
+			if v, ok := hostileSlotValues.Lookup(a); ok {
+				out[i] = v
+			}
+		}
+		return out
+	}
+	wantA := filled("/opt/audit", "{run_id}", "it's", "{run_dir}")
+	wantB := filled("/opt/audit", "{run_id}")
+	wantC := []string{"/opt/plain", "{x"}
+	cases := []struct {
+		name, engine, file, tool, other string
+		shell                           bool
+	}{
+		{"claude", "{kind: claude, path: /opt/c}", claudeSettingsPath, "PreToolUse", "Stop", false},
+		{"scripted", "{kind: scripted, path: /opt/s, script: [{exit: 0}]}", claudeSettingsPath, "PreToolUse", "Stop", false},
+		{"codex", "{kind: codex, path: /opt/x}", path.Join(codexHome, "hooks.json"), "PreToolUse", "Stop", true},
+		{"gemini", "{kind: gemini, path: /opt/g}", geminiSettingsPath, "BeforeTool", "AfterAgent", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			prompt := "  prompt: x"
+			if tc.name == "scripted" {
+				prompt = ""
+			}
+			r := compileSpec(t, spawnYAML(tc.engine, prompt, fmt.Sprintf(hooks, tc.tool, tc.other)))
+			f, ok := fileContent(r, tc.file)
+			if !ok || len(f.Slots) == 0 {
+				t.Fatalf("%s must list its slots: %+v", tc.file, f)
+			}
+			files, err := render.FillFiles(r.Files, hostileSlotValues)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got render.File
+			for _, g := range files {
+				if g.Path == tc.file {
+					got = g
+				}
+				if g.Path != tc.file && !slices.ContainsFunc(r.Files, func(o render.File) bool { return reflect.DeepEqual(o, g) }) {
+					t.Errorf("a file without slots changed: %s", g.Path)
+				}
+			}
+			if len(got.Slots) != 0 {
+				t.Errorf("a filled file has no slots left: %+v", got.Slots)
+			}
+			var doc struct {
+				Hooks map[string][]struct {
+					Matcher string `json:"matcher"`
+					Hooks   []struct {
+						Command string   `json:"command"`
+						Args    []string `json:"args"`
+					} `json:"hooks"`
+				} `json:"hooks"`
+			}
+			if err := json.Unmarshal([]byte(got.Content), &doc); err != nil {
+				t.Fatalf("filled content is not JSON: %v\n%s", err, got.Content)
+			}
+			if canon, _ := canonjson.Canonicalize([]byte(got.Content)); string(canon) != got.Content {
+				t.Errorf("filled content is not canonical:\n%s", got.Content)
+			}
+			argvOf := func(event string, i int) []string {
+				groups := doc.Hooks[event]
+				if i >= len(groups) || len(groups[i].Hooks) != 1 {
+					t.Fatalf("no hook %s[%d] in %s", event, i, got.Content)
+				}
+				h := groups[i].Hooks[0]
+				if !tc.shell {
+					return append([]string{h.Command}, h.Args...)
+				}
+				words, err := shellwords.Split(h.Command)
+				if err != nil || shellwords.Join(words) != h.Command {
+					t.Fatalf("command %q is not a canonical command string: %v", h.Command, err)
+				}
+				return words
+			}
+			for _, c := range []struct {
+				event string
+				i     int
+				want  []string
+			}{{tc.tool, 0, wantA}, {tc.tool, 1, wantB}, {tc.other, 0, wantC}} {
+				if got := argvOf(c.event, c.i); !slices.Equal(got, c.want) {
+					t.Errorf("hook %s[%d] runs %q, want %q", c.event, c.i, got, c.want)
+				}
+			}
+			if m := doc.Hooks[tc.tool][0].Matcher; m != "{run_id}" {
+				t.Errorf("the matcher is not a slot and must stay as written, got %q", m)
+			}
+		})
 	}
 }

@@ -51,7 +51,7 @@ type shellRule struct {
 	// or argv0Name (the bare name, as execvp callers do).
 	argv0 string
 	// forms are the argv after argv[0] the engine uses for tool commands;
-	// the command string is a slot. Unused for hook shells, whose command
+	// the command string is a free position. Unused for hook shells, whose command
 	// hookbox generates: [-c, COMMAND].
 	forms [][]string
 	// env, if set, is a variable the engine reads its shell from; hookbox
@@ -64,15 +64,17 @@ const (
 	argv0Name = "name"
 )
 
-// slotArg marks a free element in a profile argv pattern.
-const slotArg = "\x00slot"
+// freeArg marks a free position in a profile argv pattern: any one
+// element, chosen by the engine (render.EngineExec.Slots), never a launch
+// slot.
+const freeArg = "\x00free"
 
 // profileExec is one exec rule before its paths are resolved.
 type profileExec struct {
 	name string
 	// path: "/proc/self/exe", or an absolute path.
 	path string
-	argv []string // slotArg elements are slots
+	argv []string // freeArg elements are free positions
 	rest bool
 	// engineBinary: the exec's identity is the engine's own binary.
 	engineBinary bool
@@ -162,7 +164,7 @@ func (x profileExec) render(c *compilation) render.EngineExec {
 		out.Binary = render.BinaryEngine
 	}
 	for i, a := range x.argv {
-		if a == slotArg {
+		if a == freeArg {
 			out.Slots = append(out.Slots, i)
 			a = ""
 		}

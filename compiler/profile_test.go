@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/verify"
 	"hookbox.dev/hookbox/runfiles"
 )
 
@@ -154,5 +155,56 @@ func TestCompareVersions(t *testing.T) {
 		if got := compareVersions(tc.a, tc.b); got != tc.want {
 			t.Errorf("compareVersions(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+// TestScriptToolsAndHooksJudgedByTheirShebang: a "#!/bin/sh -e" tool and
+// hook get their "#!" line in the render and their interpreter as a
+// program that is no allowed tool; verify then accepts the kernel's exec of
+// each (argv [/bin/sh, -e, script, ...], the exe /bin/sh) and nothing else.
+func TestScriptToolsAndHooksJudgedByTheirShebang(t *testing.T) {
+	dir := t.TempDir()
+	tool, hook := filepath.Join(dir, "tool.sh"), filepath.Join(dir, "hook.sh")
+	for _, p := range []string{tool, hook} {
+		if err := os.WriteFile(p, []byte("#!/bin/sh -e\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := compileSpec(t, spawnYAML("{kind: claude, path: /opt/c}", "  prompt: x", "  tools: ["+tool+"]",
+		"  hooks: [{name: h, event: Stop, required: true, argv: ["+hook+", '{run_id}']}]"))
+	toolC, hookC := render.ContainerPath(tool), render.ContainerPath(hook)
+	want := render.Shebang{Interpreter: "/bin/sh", Arg: "-e"}
+	for _, p := range []string{toolC, hookC} {
+		i := slices.IndexFunc(r.Programs, func(q render.Program) bool { return q.Path == p })
+		if i < 0 || r.Programs[i].Shebang == nil || *r.Programs[i].Shebang != want {
+			t.Fatalf("program %s: %+v, want shebang %+v", p, r.Programs, want)
+		}
+	}
+	if !slices.ContainsFunc(r.Programs, func(q render.Program) bool {
+		return q.Path == "/bin/sh" && slices.Equal(q.Roles, []string{render.RoleInterpreter})
+	}) {
+		t.Errorf("the interpreter must be a program, role interpreter only: %+v", r.Programs)
+	}
+	if !slices.Equal(r.Trace.Allow, []string{toolC}) {
+		t.Errorf("trace.allow = %q, want the tool only (not its interpreter)", r.Trace.Allow)
+	}
+
+	initID, engineID, shID := verify.FileID{Dev: 1, Ino: 9}, verify.FileID{Dev: 1, Ino: 1}, verify.FileID{Dev: 1, Ino: 2}
+	ids := verify.FileIdentities{render.InitPath: initID, "/opt/c": engineID, "/bin/sh": shID, toolC: {Dev: 1, Ino: 3}, hookC: {Dev: 1, Ino: 4}}
+	slots := render.LaunchValues("hbx-1")
+	exec := func(pid int, file string, id verify.FileID, argv ...string) verify.Event {
+		return verify.Event{Kind: verify.KindExec, PID: pid, PPID: 2, Time: int64(pid), Filename: file, Argv: argv, Dev: id.Dev, Ino: id.Ino}
+	}
+	initEv, engine := exec(1, render.InitPath, initID, r.Init.Argv...), exec(2, "/opt/c", engineID, r.Engine.Exec.Argv...)
+	initEv.PPID, engine.PPID = 0, 1
+	good := []verify.Event{initEv, engine, exec(3, hookC, shID, "/bin/sh", "-e", hookC, "hbx-1"), exec(4, toolC, shID, "/bin/sh", "-e", toolC, "x")}
+	stats := verify.Stats{Attached: true, AttachedBeforeStart: true}
+	if v := verify.Verify(r, "", good, stats, ids, slots); v.Status != verify.StatusConfirmed {
+		t.Errorf("the scripts run by their #! line: %s %q %+v", v.Status, v.Reasons, v.Diffs)
+	}
+	bad := []verify.Event{initEv, engine, exec(3, hookC, shID, "/bin/sh", hookC, "hbx-1"), exec(4, "/bin/sh", shID, "/bin/sh", "-c", "id")}
+	if v := verify.Verify(r, "", bad, stats, ids, slots); v.Status != verify.StatusMismatch ||
+		!slices.Contains(v.Reasons, verify.ReasonHookArgvDiffers) || !slices.Contains(v.Reasons, verify.ReasonUnexpectedExec) {
+		t.Errorf("a hook without its #! argument, the interpreter run on its own: %s %q", v.Status, v.Reasons)
 	}
 }

@@ -277,25 +277,25 @@ func (p *Parsed) validateHooks(diags *diagnostics) {
 		}
 		h.Argv[0] = p.hostPath(h.Argv[0])
 		for j, arg := range h.Argv[1:] {
-			if slot, ok := slotName(arg); ok {
-				if !slices.Contains(hookSlots, slot) {
-					p.errf(diags, fmt.Sprintf("%s.argv[%d]", field, j+1), "known slots: {"+strings.Join(hookSlots, "}, {")+"}", "unknown slot {%s}", slot)
+			if slot, ok := render.SlotName(arg); ok {
+				if !slices.Contains(render.LaunchSlots, slot) {
+					p.errf(diags, fmt.Sprintf("%s.argv[%d]", field, j+1), "known slots: {"+strings.Join(render.LaunchSlots, "}, {")+"}", "unknown slot {%s}", slot)
 				}
-			} else if strings.Contains(arg, "{run_id}") || strings.Contains(arg, "{run_dir}") {
+			} else if embedsLaunchSlot(arg) {
 				p.errf(diags, fmt.Sprintf("%s.argv[%d]", field, j+1), "a slot must be a whole argument: split it into its own argv element", "slot embedded in a longer argument")
 			}
 		}
 	}
 }
 
-// hookSlots are placeholders a hook argument may be, filled at launch.
-var hookSlots = []string{"run_id", "run_dir"}
-
-func slotName(arg string) (string, bool) {
-	if len(arg) > 2 && arg[0] == '{' && arg[len(arg)-1] == '}' && !strings.ContainsAny(arg[1:len(arg)-1], "{} ") {
-		return arg[1 : len(arg)-1], true
+// embedsLaunchSlot reports a launch slot inside a longer argument.
+func embedsLaunchSlot(arg string) bool {
+	for _, name := range render.LaunchSlots {
+		if strings.Contains(arg, "{"+name+"}") {
+			return true
+		}
 	}
-	return "", false
+	return false
 }
 
 func (p *Parsed) validateEnv(diags *diagnostics) {

@@ -70,6 +70,12 @@ type Result struct {
 	Artifacts []mounts.ArtifactMatch `json:"artifacts"`
 	Harvest   *mounts.Report         `json:"harvest,omitempty"`
 	Trace     TraceResult            `json:"trace"`
+	// Slots are the launch slot values ({"run_id": ..., "run_dir": ...})
+	// the launcher filled into the hooks' configuration; the verdict
+	// requires exactly them where the render has a slot. Absent when the
+	// run ended before its files were written, and in records from before
+	// hookbox filled slots (judged slot-values-unknown).
+	Slots render.SlotValues `json:"slots,omitempty"`
 	// Network is the egress evidence (network.jsonl summed up); its own
 	// record beside the exec verdict, which it never changes.
 	Network   *NetworkResult `json:"network,omitempty"`

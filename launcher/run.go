@@ -311,15 +311,24 @@ func (x *execution) prepare() error {
 	if err := mounts.Create(host.RunDir, x.r.Limits.TmpfsBytes, x.r.Process.UID, x.r.Process.GID); err != nil {
 		return err
 	}
-	if err := mounts.Seed(host.RunDir, x.r.Files, x.r.Process.UID, x.r.Process.GID); err != nil {
+	// The engine reads its hooks from these files: they get the run's
+	// launch slot values, which the record keeps for the verdict. The
+	// render (and its digest) keeps the placeholders.
+	slots := render.LaunchValues(x.id)
+	files, err := render.FillFiles(x.r.Files, slots)
+	if err != nil {
+		return err
+	}
+	if err := mounts.Seed(host.RunDir, files, x.r.Process.UID, x.r.Process.GID); err != nil {
 		return err
 	}
 	if err := x.prepareWorkspaceStore(host.WorkspaceStore); err != nil {
 		return err
 	}
-	if err := writeConfigFiles(host.ConfigDir, x.r); err != nil {
+	if err := writeConfigFiles(host.ConfigDir, files, x.r.Process.UID, x.r.Process.GID); err != nil {
 		return err
 	}
+	x.result.Slots = slots
 	planned, err := plan.NewContainer(x.ctx, x.r, plan.Launch{
 		RunID: x.id, Host: host, Prepared: true, EnvValues: x.env, InheritCgroup: !x.opts.Backend.Cgroups.RuntimeCreates(),
 	})

@@ -163,13 +163,13 @@ func (x *execution) deleteSnapshot(ctx context.Context) error {
 	return removeSnapshot(ctx, x.opts.Backend.Client, x.id)
 }
 
-// writeConfigFiles writes the render's files under render.ConfigDir into
-// dir, owned by the container user (they are mounted read-only).
-func writeConfigFiles(dir string, r *render.Render) error {
+// writeConfigFiles writes the files under render.ConfigDir into dir, owned
+// by the container user uid:gid (they are mounted read-only).
+func writeConfigFiles(dir string, files []render.File, uid, gid int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, f := range r.Files {
+	for _, f := range files {
 		rel, ok := strings.CutPrefix(f.Path, render.ConfigDir+"/")
 		if !ok {
 			continue
@@ -184,7 +184,7 @@ func writeConfigFiles(dir string, r *render.Render) error {
 		if err := os.WriteFile(path, []byte(f.Content), 0o600); err != nil {
 			return err
 		}
-		if err := os.Chown(path, r.Process.UID, r.Process.GID); err != nil {
+		if err := os.Chown(path, uid, gid); err != nil {
 			return err
 		}
 		if err := os.Chmod(path, os.FileMode(f.Mode)&0o777); err != nil {

@@ -227,7 +227,7 @@ func verifyEvent(ev ebpf.Event) verify.Event {
 // the ring and judges the trace against the render.
 func (x *execution) finishTrace() {
 	if x.r.Trace.Mode == render.TraceOff {
-		x.result.Trace = verifyResult(verify.Verify(x.r, render.TraceOff, nil, verify.Stats{}, nil))
+		x.result.Trace = verifyResult(verify.Verify(x.r, render.TraceOff, nil, verify.Stats{}, nil, x.result.Slots))
 		return
 	}
 	t := x.trace
@@ -244,7 +244,7 @@ func (x *execution) finishTrace() {
 		case t.loadErr != nil:
 			reason = shortReason(t.loadErr.Error())
 		}
-		x.result.Trace = verifyResult(verify.Verify(x.r, "", nil, verify.Stats{Attached: false, Reason: reason}, nil))
+		x.result.Trace = verifyResult(verify.Verify(x.r, "", nil, verify.Stats{Attached: false, Reason: reason}, nil, x.result.Slots))
 		x.result.Trace.Detail = detail
 		return
 	}
@@ -261,7 +261,7 @@ func (x *execution) finishTrace() {
 	t.mu.Lock()
 	events := t.events
 	t.mu.Unlock()
-	v := verify.Verify(x.r, "", events, verify.Stats{Attached: true, AttachedBeforeStart: true, Lost: lost, Truncated: stats.Truncated}, t.ids)
+	v := verify.Verify(x.r, "", events, verify.Stats{Attached: true, AttachedBeforeStart: true, Lost: lost, Truncated: stats.Truncated}, t.ids, x.result.Slots)
 	x.result.Trace = verifyResult(v)
 	x.result.Trace.Events = len(events)
 }
@@ -286,7 +286,8 @@ func verifyResult(v verify.Verdict) TraceResult {
 const IdentitiesFile = "identities.json"
 
 // Reverify recomputes a run's verdict from its record (render.json,
-// trace.jsonl, identities.json, result.json) without touching the host.
+// trace.jsonl, identities.json, result.json and its launch slot values)
+// without touching the host.
 func Reverify(recordDir string) (verify.Verdict, error) {
 	var r render.Render
 	if err := readJSON(filepath.Join(recordDir, RenderFile), &r); err != nil {
@@ -297,7 +298,7 @@ func Reverify(recordDir string) (verify.Verdict, error) {
 		return verify.Verdict{}, err
 	}
 	if r.Trace.Mode == render.TraceOff {
-		return verify.Verify(&r, render.TraceOff, nil, verify.Stats{}, nil), nil
+		return verify.Verify(&r, render.TraceOff, nil, verify.Stats{}, nil, res.Slots), nil
 	}
 	data, err := os.ReadFile(filepath.Join(recordDir, TraceFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -308,7 +309,7 @@ func Reverify(recordDir string) (verify.Verdict, error) {
 				reason = strings.TrimPrefix(rs, "tracer-unavailable:")
 			}
 		}
-		return verify.Verify(&r, "", nil, verify.Stats{Reason: reason}, nil), nil
+		return verify.Verify(&r, "", nil, verify.Stats{Reason: reason}, nil, res.Slots), nil
 	}
 	if err != nil {
 		return verify.Verdict{}, err
@@ -350,7 +351,7 @@ func Reverify(recordDir string) (verify.Verdict, error) {
 		// cannot vouch for completeness.
 		stats.Lost++
 	}
-	return verify.Verify(&r, "", events, stats, ids), nil
+	return verify.Verify(&r, "", events, stats, ids, res.Slots), nil
 }
 
 func readJSON(path string, v any) error {

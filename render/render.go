@@ -131,8 +131,9 @@ type Engine struct {
 type Exec struct {
 	Path string   `json:"path"`
 	Argv []string `json:"argv"`
-	// Slots are argv indices filled at launch (payloads, run ids); each
-	// matches any single argv element.
+	// Slots are the indices of launch slots: elements that are "{NAME}"
+	// for a name of LaunchSlots, filled with the run's value at launch
+	// (SlotValues). Verify requires exactly the recorded value there.
 	Slots []int `json:"slots,omitempty"`
 }
 
@@ -141,11 +142,14 @@ type Exec struct {
 // pattern: each element exact, except slot indices (any single element);
 // with Rest, any further elements may follow.
 type EngineExec struct {
-	Name  string   `json:"name"`
-	Path  string   `json:"path"` // the filename the tracer sees
-	Argv  []string `json:"argv"`
-	Slots []int    `json:"slots,omitempty"`
-	Rest  bool     `json:"rest,omitempty"`
+	Name string   `json:"name"`
+	Path string   `json:"path"` // the filename the tracer sees
+	Argv []string `json:"argv"`
+	// Slots are free positions, not launch slots: the engine puts what it
+	// likes there (a tool shell's model-chosen command), so any single
+	// element matches and nothing is filled at launch.
+	Slots []int `json:"slots,omitempty"`
+	Rest  bool  `json:"rest,omitempty"`
 	// Binary is whose identity the exec must have: BinaryEngine (the
 	// engine's own program, whatever the filename, e.g. /proc/self/exe) or
 	// BinaryPath (the runfile at Path).
@@ -229,6 +233,10 @@ type File struct {
 	Path    string `json:"path"`
 	Mode    uint32 `json:"mode"`
 	Content string `json:"content"`
+	// Slots are the strings of Content (a JSON document) that hold launch
+	// slots; the launcher fills them with the run's values before the
+	// engine sees the file (FillFiles).
+	Slots []FileSlot `json:"slots,omitempty"`
 }
 
 // Hook is one hook and the exec chain it is expected to produce.
@@ -315,6 +323,9 @@ func (r *Render) SortLists() {
 	slices.SortFunc(r.Programs, func(a, b Program) int { return strings.Compare(a.Path, b.Path) })
 	slices.SortFunc(r.Process.Env, func(a, b EnvVar) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(r.Files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	for i := range r.Files {
+		slices.SortFunc(r.Files[i].Slots, func(a, b FileSlot) int { return strings.Compare(a.Pointer, b.Pointer) })
+	}
 	slices.SortFunc(r.Mounts, func(a, b Mount) int { return strings.Compare(a.Destination, b.Destination) })
 	slices.Sort(r.Artifacts)
 	slices.Sort(r.Trace.Allow)

@@ -354,6 +354,9 @@ func notReproduced(r *render.Render, cilium bool) []string {
 	if r.Trace.Mode != render.TraceOff && r.Trace.Mode != "" {
 		notes = append(notes, "exec trace "+string(r.Trace.Mode)+" (needs a node-level tracer)")
 	}
+	if slices.ContainsFunc(r.Files, func(f render.File) bool { return len(f.Slots) > 0 }) {
+		notes = append(notes, "hook launch slots (the hooks get {run_id} and {run_dir} as written: no launcher fills them)")
+	}
 	if r.Network == render.NetworkAllowlist {
 		return append(notes, egressNotes(r.Egress, cilium)...)
 	}

@@ -9,13 +9,12 @@ import (
 	"hookbox.dev/hookbox/render"
 )
 
-// fuzzRender has every kind of rule: an engine with a slot and a self-exec
-// name, an exec-form hook with a slot, a script hook, a hook through
-// bash -c with a slot, and allowed programs.
+// fuzzRender has every kind of rule: an engine with a self-exec name, an
+// exec-form hook with a launch slot, a script hook with its "#!" line, a
+// hook through bash -c with a launch slot, and allowed programs.
 func fuzzRender() *render.Render {
 	r := claudeRender()
-	r.Engine.Exec.Slots = []int{7}
-	shellArgv := []string{auditPath, "--shell", "{payload}"}
+	shellArgv := []string{auditPath, "--shell", "{run_id}"}
 	command := shellwords.Join(shellArgv)
 	r.Hooks = append(r.Hooks, render.Hook{
 		Name: "shelled", Event: "Stop", Required: true, Argv: shellArgv, Command: command,
@@ -25,6 +24,12 @@ func fuzzRender() *render.Render {
 		},
 	})
 	r.Trace.Allow = []string{bashPath, gitPath}
+	// The lint hook is a script whose "#!" line the render records.
+	for i := range r.Programs {
+		if r.Programs[i].Path == lintPath {
+			r.Programs[i].Shebang = &render.Shebang{Interpreter: python}
+		}
+	}
 	return r
 }
 
@@ -45,11 +50,17 @@ func (b *byteReader) next() byte {
 
 func (b *byteReader) more() bool { return b.pos < len(b.data) }
 
-var fuzzWords = []string{"", "x", "-p", "--", "rg", "do it", claudePath, lintPath, auditPath, python, "--check", "run-1", "'", "a b"}
+var fuzzWords = []string{"", "x", "-p", "--", "rg", "do it", claudePath, lintPath, auditPath, python, "--check", "run-1", "run-42", "{run_id}", "'", "a b"}
 
 // decodeTrace turns fuzz bytes into tracer stats and a time-ordered trace
 // built from templates of planned and unplanned execs, then mutated.
 func decodeTrace(data []byte) (Stats, []Event) {
+	stats, events, _ := decodeRun(data)
+	return stats, events
+}
+
+// decodeRun is decodeTrace and the launch values: testSlots, or unknown.
+func decodeRun(data []byte) (Stats, []Event, render.SlotValues) {
 	b := &byteReader{data: data}
 	flags := b.next()
 	stats := Stats{
@@ -63,7 +74,11 @@ func decodeTrace(data []byte) (Stats, []Event) {
 	if flags&8 != 0 {
 		stats.Truncated = 1
 	}
-	shellCmd := shellwords.Join([]string{auditPath, "--shell", "p q"})
+	slots := testSlots
+	if flags&16 != 0 {
+		slots = nil
+	}
+	shellCmd := shellwords.Join([]string{auditPath, "--shell", "run-42"})
 	var events []Event
 	var now int64
 	for b.more() && len(events) < 48 {
@@ -75,7 +90,7 @@ func decodeTrace(data []byte) (Stats, []Event) {
 		case 1:
 			e, id = Event{Filename: claudePath, Argv: append([]string{python, claudePath}, claudeArgv[1:]...)}, pythonID
 		case 2:
-			e, id = Event{Filename: auditPath, Argv: with(auditArgv, 3, "r")}, auditID
+			e, id = Event{Filename: auditPath, Argv: with(auditArgv, 3, "run-42")}, auditID
 		case 3:
 			e, id = Event{Filename: lintPath, Argv: slices.Clone(lintArgv)}, lintID
 		case 4:
@@ -85,7 +100,7 @@ func decodeTrace(data []byte) (Stats, []Event) {
 		case 6:
 			e, id = Event{Filename: bashPath, Argv: []string{"bash", "-c", shellCmd}}, bashID
 		case 7:
-			e, id = Event{Filename: auditPath, Argv: []string{auditPath, "--shell", "p q"}}, auditID
+			e, id = Event{Filename: auditPath, Argv: []string{auditPath, "--shell", "run-42"}}, auditID
 		case 8:
 			e, id = Event{Filename: gitPath, Argv: []string{"git", "status"}}, gitID
 		case 9:
@@ -140,12 +155,12 @@ func decodeTrace(data []byte) (Stats, []Event) {
 		e.Time = now
 		events = append(events, e)
 	}
-	return stats, events
+	return stats, events, slots
 }
 
 // engineRan says, independently of the matcher, whether e is the engine's
-// exec: direct (argv equal, slot 7 free, the engine's identity) or as a
-// script (interpreter argv, the interpreter's identity).
+// exec: direct (argv equal, the engine's identity) or as a script
+// (interpreter argv, the interpreter's identity).
 func engineRan(e Event, ids FileIdentities, programs []render.Program) bool {
 	if e.Kind != KindExec || e.Killed || e.Truncated || e.Filename != claudePath {
 		return false
@@ -156,7 +171,7 @@ func engineRan(e Event, ids FileIdentities, programs []render.Program) bool {
 			return false
 		}
 		for i, g := range got {
-			if i+from != 7 && g != claudeArgv[i+from] {
+			if g != claudeArgv[i+from] {
 				return false
 			}
 		}
@@ -196,7 +211,7 @@ var goodRunSeed = []byte{
 
 func TestGoodRunSeedIsConfirmed(t *testing.T) {
 	stats, events := decodeTrace(goodRunSeed)
-	v := Verify(fuzzRender(), "", events, stats, testIDs())
+	v := Verify(fuzzRender(), "", events, stats, testIDs(), testSlots)
 	verdictWant{status: StatusConfirmed, matched: map[string]int{"hook:shelled": 1, "hook:audit": 1}}.check(t, v)
 }
 
@@ -208,18 +223,19 @@ func FuzzVerify(f *testing.F) {
 	// Each event is template, kind, mutation, pid, ppid, time step.
 	f.Add(goodRunSeed)
 	f.Add(append([]byte{8}, goodRunSeed[1:]...))
+	f.Add(append([]byte{16}, goodRunSeed[1:]...)) // launch values unknown
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 4, 1, 1, 15, 3, 7, 1, 2, 3, 4})
 	r := fuzzRender()
 	ids := testIDs()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		stats, events := decodeTrace(data)
+		stats, events, slots := decodeRun(data)
 		before := slices.Clone(events)
-		v := Verify(r, "", events, stats, ids)
+		v := Verify(r, "", events, stats, ids, slots)
 
 		if !reflect.DeepEqual(events, before) {
 			t.Fatal("Verify modified its events")
 		}
-		if again := Verify(r, "", events, stats, ids); !reflect.DeepEqual(again, v) {
+		if again := Verify(r, "", events, stats, ids, slots); !reflect.DeepEqual(again, v) {
 			t.Fatalf("not deterministic:\n%+v\n%+v", v, again)
 		}
 		if v.Reasons == nil || !slices.IsSorted(v.Reasons) || len(slices.Compact(slices.Clone(v.Reasons))) != len(v.Reasons) {
@@ -236,6 +252,9 @@ func FuzzVerify(f *testing.F) {
 			}
 			if slices.ContainsFunc(events, func(e Event) bool { return e.Truncated }) {
 				t.Fatal("confirmed with a truncated argv")
+			}
+			if slots == nil {
+				t.Fatal("confirmed without the launch values of a render with slots")
 			}
 			if len(events) == 0 || !engineRan(events[0], ids, r.Programs) {
 				t.Fatalf("confirmed but the first event is not the engine: %+v", events)

@@ -19,35 +19,32 @@ const (
 	matchYes
 )
 
-// execMatcher is one planned exec (render.Exec): the path execve gets, the
-// exact argv with slot indices that match any single element, and the
-// identity of the file when the launcher knows it.
+// execMatcher is one planned exec: the path execve gets, the exact argv
+// (launch slots already filled where their values are known) with free
+// positions that match any single element, and the identity of the file
+// when the launcher knows it.
 type execMatcher struct {
 	rule string
 	path string
 	argv []string
-	slot []bool
+	slot []bool // free positions
 	// rest: elements after argv are free (an engine exec rule's Rest).
 	rest bool
+	// script is how the kernel runs path when it is a "#!" script (its
+	// program's render.Shebang); nil when the render does not say.
+	script *render.Shebang
 	// cmd is the index of a shell command string that quotes cmdArgv, the
-	// next chain element, whose slots are filled at launch; -1 when none.
+	// next chain element, some of whose launch slots have no known value
+	// (cmdSlot); -1 when none.
 	cmd     int
 	cmdArgv []string
 	cmdSlot []bool
 }
 
-func newExecMatcher(rule string, e render.Exec, next *render.Exec) *execMatcher {
-	m := &execMatcher{rule: rule, path: e.Path, argv: slices.Clone(e.Argv), slot: slotMask(len(e.Argv), e.Slots), cmd: -1}
-	if next != nil && len(next.Slots) > 0 {
-		quoted := shellwords.Join(next.Argv)
-		for i, a := range e.Argv {
-			if a == quoted && !m.slot[i] {
-				m.cmd, m.cmdArgv, m.cmdSlot = i, slices.Clone(next.Argv), slotMask(len(next.Argv), next.Slots)
-				break
-			}
-		}
-	}
-	return m
+// newExecMatcher matches path and argv exactly, except at the free
+// positions.
+func newExecMatcher(rule, path string, argv []string, free []int) *execMatcher {
+	return &execMatcher{rule: rule, path: path, argv: slices.Clone(argv), slot: slotMask(len(argv), free), cmd: -1}
 }
 
 // slotMask turns slot indices into a mask; indices out of range are ignored.
@@ -68,7 +65,7 @@ type matchResult struct {
 	idKnown bool   // both the expected and the observed identity were known
 }
 
-// match compares e with m, trying the direct form and the shebang forms
+// match compares e with m, trying the direct form and the shebang form
 // (see the package doc) and keeping the closest: a match, else a possible
 // match, else the form with the fewest differences (direct on a tie).
 func (m *execMatcher) match(e *Event, ids FileIdentities, programs map[string]bool) matchResult {
@@ -76,20 +73,88 @@ func (m *execMatcher) match(e *Event, ids FileIdentities, programs map[string]bo
 		return matchResult{diffs: []Diff{{Rule: m.rule, Field: FieldFilename, Index: -1, Want: m.path, Got: e.Filename}}}
 	}
 	best := m.matchForm(e, 0, ids.lookup(m.path))
+	if m.script != nil {
+		if best.outcome != matchYes {
+			best = closer(best, m.matchScript(e, ids))
+		}
+		return best
+	}
+	// A render that does not say how its scripts run (recorded before the
+	// compiler read "#!" lines): any program of the render may be the
+	// interpreter.
 	offsets, undecided := m.shebangOffsets(e, programs)
 	for _, off := range offsets {
 		if best.outcome == matchYes {
 			break
 		}
-		res := m.matchForm(e, off, ids.lookup(e.Argv[0]))
-		if res.outcome > best.outcome || res.outcome == matchNo && best.outcome == matchNo && len(res.diffs) < len(best.diffs) {
-			best = res
-		}
+		best = closer(best, m.matchForm(e, off, ids.lookup(e.Argv[0])))
 	}
 	if undecided && best.outcome == matchNo {
 		return matchResult{outcome: matchMaybe}
 	}
 	return best
+}
+
+// closer is b when it is a better outcome than a, or as bad with fewer
+// differences; else a.
+func closer(a, b matchResult) matchResult {
+	if b.outcome > a.outcome || b.outcome == matchNo && a.outcome == matchNo && len(b.diffs) < len(a.diffs) {
+		return b
+	}
+	return a
+}
+
+// scriptHead is how the argv the kernel builds for a "#!" script starts:
+// the interpreter, the line's argument if it has one, the script's path.
+func scriptHead(sc *render.Shebang, script string) []string {
+	head := []string{sc.Interpreter}
+	if sc.Arg != "" {
+		head = append(head, sc.Arg)
+	}
+	return append(head, script)
+}
+
+// headDiffs compares the visible start of e.Argv with head (the last
+// visible element of a truncated argv may be cut) and reports the
+// differences, and whether the whole head was visible.
+func headDiffs(rule string, head []string, e *Event) (diffs []Diff, whole bool) {
+	script := len(head) - 1
+	for i := 0; i < len(head) && i < len(e.Argv); i++ {
+		got := e.Argv[i]
+		if got == head[i] || e.Truncated && i == len(e.Argv)-1 && strings.HasPrefix(head[i], got) {
+			continue
+		}
+		if i == script {
+			// The script path stands for the rule's argv[0].
+			diffs = append(diffs, Diff{Rule: rule, Field: FieldArgv, Index: 0, Want: head[i], Got: got})
+			continue
+		}
+		diffs = append(diffs, Diff{Rule: rule, Field: FieldInterpreter, Index: -1, Want: head[i], Got: got})
+	}
+	return diffs, len(e.Argv) >= len(head)
+}
+
+// matchScript compares e with the kernel's exec of the script m.path by
+// its "#!" line: argv [Interpreter, Arg?, script, argv[1:]...], the exe
+// the interpreter, whether or not the render declares the interpreter.
+func (m *execMatcher) matchScript(e *Event, ids FileIdentities) matchResult {
+	head := scriptHead(m.script, m.path)
+	diffs, whole := headDiffs(m.rule, head, e)
+	if !whole {
+		switch {
+		case len(diffs) == 0 && e.Truncated:
+			return matchResult{outcome: matchMaybe}
+		case !e.Truncated:
+			diffs = append(diffs, Diff{Rule: m.rule, Field: FieldArgc, Index: -1,
+				Want: strconv.Itoa(len(m.argv) + len(head) - 1), Got: strconv.Itoa(len(e.Argv))})
+		}
+		return matchResult{diffs: diffs}
+	}
+	res := m.matchForm(e, len(head)-1, ids.lookup(m.script.Interpreter))
+	if len(diffs) > 0 {
+		res.outcome, res.diffs = matchNo, append(diffs, res.diffs...)
+	}
+	return res
 }
 
 // shebangOffsets returns where the script path may sit in e.Argv if the
@@ -203,9 +268,9 @@ func (m *execMatcher) elementOK(i int, got string, partial bool) bool {
 }
 
 // filledCommand reports whether cmd is the canonical quoting of an argv that
-// matches the next chain element with its slots filled. Requiring the
-// canonical form (Join of the split equals cmd) means no shell syntax can
-// hide around a slot value.
+// matches the next chain element, any value in its unknown slots.
+// Requiring the canonical form (Join of the split equals cmd) means no
+// shell syntax can hide around a slot value.
 func (m *execMatcher) filledCommand(cmd string) bool {
 	words, err := shellwords.Split(cmd)
 	if err != nil || shellwords.Join(words) != cmd || len(words) != len(m.cmdArgv) {

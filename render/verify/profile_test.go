@@ -149,7 +149,7 @@ func TestVerifyProfiledEngines(t *testing.T) {
 			if name == "a lost event leaves a missing hop undecided" {
 				stats.Lost = 1
 			}
-			tc.want.check(t, Verify(tc.r(), "", tc.events, stats, tc.ids))
+			tc.want.check(t, Verify(tc.r(), "", tc.events, stats, tc.ids, testSlots))
 		})
 	}
 }
@@ -214,7 +214,7 @@ func TestVerifyEngineExecRules(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			tc.want.check(t, Verify(codexProfiled(), "", tc.events, fullStats, tc.ids))
+			tc.want.check(t, Verify(codexProfiled(), "", tc.events, fullStats, tc.ids, testSlots))
 		})
 	}
 }

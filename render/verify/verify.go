@@ -2,11 +2,13 @@
 // run's cgroup with the execs the Render planned, and returns a Verdict.
 //
 // verify owns the judgement and nothing else. It is pure: (render, events,
-// tracer stats, file identities) → Verdict. It reads no file, no clock, no
-// environment, and never runs anything, so `hookbox verify RUN_DIR`
-// recomputes exactly the verdict the launcher computed. Events come from the
-// ebpf package (converted into Event); identities from the launcher, which
-// stats the runfiles it mounted.
+// tracer stats, file identities, launch slot values) → Verdict. It reads no
+// file, no clock, no environment, and never runs anything, so `hookbox
+// verify RUN_DIR` recomputes exactly the verdict the launcher computed.
+// Events come from the ebpf package (converted into Event); identities from
+// the launcher, which stats the runfiles it mounted; slot values from the
+// launcher, which filled them into the hooks' configuration and recorded
+// them (result.json "slots").
 //
 // # Verdicts (docs/contracts.md §5)
 //
@@ -58,29 +60,30 @@
 //     the init's) whose argv[0] is not a declared self-exec name. With an
 //     init, the engine's parent must be the init (its PPID the init
 //     event's PID, else engine-not-child-of-init). The
-//     engine's argv must equal Engine.Exec.Argv element by element (a slot
-//     index matches any single element) and its (Dev, Ino) must equal
+//     engine's argv must equal Engine.Exec.Argv element by element (launch
+//     slots filled, see below) and its (Dev, Ino) must equal
 //     ids[Engine.Exec.Path]; an unknown identity on either side is the gap
 //     engine-identity-unknown.
 //  2. Engine self-exec: argv[0] in Engine.SelfExecArgv0 and the identity of
 //     the engine binary (whatever the filename: /proc/self/exe is common);
 //     other arguments are free. argv[0] matches but an identity is unknown
 //     and no later rule accepts the exec: gap exec-identity-unknown.
-//  3. Hook chains: an exec equal to a hook's Chain[k] (path, argv with slots,
-//     identity when ids has it). Hooks are tried before the allow list, so
+//  3. Hook chains: an exec equal to a hook's Chain[k] (path, argv with its
+//     launch slots filled, identity when ids has it). Hooks are tried before the allow list, so
 //     a hook's shell is judged as the hook when it runs the hook's command.
 //     3b. Engine exec rules (Engine.Execs, from the engine's profile): an exec
 //     whose Filename is the rule's path and whose argv matches its pattern
-//     (exact elements, slots, any further elements with Rest) and whose
+//     (exact elements, free positions, any further elements with Rest) and whose
 //     identity is the engine's own (Binary engine: the engine's exe as it
 //     ran) or the runfile's at the path (Binary path). A matching argv with
 //     another identity is engine-exec-binary-differs; with an unknown
 //     identity, exec-identity-unknown unless a later rule accepts it.
 //  4. Allow list: Filename in Trace.Allow with any argv, provided the
-//     identity, when both sides know it, is that program's; or an exec whose
-//     identity is the identity of an allowed program under another path (a
-//     symlink to it). An allowed path with another identity is
-//     allowed-binary-differs.
+//     identity, when both sides know it, is that program's (for a script
+//     whose argv starts as its "#!" line makes it, the interpreter's: see
+//     Shebang scripts below); or an exec whose identity is the identity of
+//     an allowed program under another path (a symlink to it). An allowed
+//     path with another identity is allowed-binary-differs.
 //  5. Otherwise: Filename is a hook chain path → hook-argv-differs (or
 //     hook-binary-differs) with the diffs of the closest chain element;
 //     anything else → unexpected-exec.
@@ -90,6 +93,25 @@
 // planned. A failed exec of the engine or of a hook chain path is
 // failed-exec; other failed execs are PATH searches and the like (nothing
 // ran) and are only listed in Matched as "failed-ignored".
+//
+// # Launch slots
+//
+// A planned exec's Slots (render.Exec) are launch slots: elements that are
+// "{run_id}" or "{run_dir}", which the launcher filled at launch with the
+// run's values and recorded. Each must be exactly its value, and a hook
+// shell's command string must be exactly the canonical quoting
+// (shellwords.Join) of the hook's argv with those values: any other value,
+// the placeholder itself included, is a difference like any other. Given
+// no value for a slot (nil slots: a record from before hookbox filled
+// them), the slot matches any single element and the verdict gets the gap
+// slot-values-unknown, so such a render is never confirmed; a command
+// string is then accepted only as the canonical quoting of an argv that
+// matches the hook's with any value in those slots. A slot index on an
+// element that is no launch slot is the gap render-incomplete.
+//
+// An engine exec rule's Slots (render.EngineExec) are something else: free
+// positions the engine fills at will (a tool shell's model-chosen
+// command), with no value to check.
 //
 // # Interpreter hops
 //
@@ -120,19 +142,26 @@
 //
 //   - Shell commands with slots: a shell chain element whose argv holds the
 //     command string that quotes the next element's argv (shellwords.Join)
-//     also matches a command string that is exactly the Join of an argv
-//     that matches the next element with its slots filled. A filled
-//     command must be the canonical quoting: any other text (extra shell
+//     matches exactly the Join of that argv with its launch slots filled
+//     (see Launch slots). Any other text (another value, extra shell
 //     syntax around a slot value) is a difference.
 //   - Shebang scripts: when the program is a script, the kernel makes the
-//     argv [interpreter, (one optional argument), script path, argv[1:]...]
-//     and the exe is the interpreter. An event whose Filename is the rule's
-//     path, whose argv[0] is a Program of the render and whose argv has the
-//     script path at index 1 or 2 matches when argv[1:] of the rule equals
-//     what follows; its identity is checked against the interpreter's. The
-//     rule's argv[0] is not visible in this form and is not compared. An
-//     `env` shebang (#!/usr/bin/env node) makes env exec the interpreter,
-//     a second exec that must be allowed like any other program.
+//     argv [interpreter, (the "#!" line's argument), script path,
+//     argv[1:]...] and the exe is the interpreter. For a program whose
+//     render entry has a Shebang, a planned exec of it (init, engine, hook
+//     chain) also matches an event whose argv is exactly
+//     [Shebang.Interpreter, Shebang.Arg (when set), script, argv[1:]...]
+//     with the identity ids[Shebang.Interpreter], whether or not the
+//     interpreter is declared anywhere; a different interpreter or argument
+//     is a FieldInterpreter diff. An allowed script is accepted in that form
+//     with the interpreter's identity (any further argv, as for any allowed
+//     program). The rule's argv[0] is not visible in this form and is not
+//     compared. For a render without Shebang entries (recorded before the
+//     compiler read "#!" lines), an event whose argv[0] is a Program of the
+//     render and whose argv has the script path at index 1 or 2 matches the
+//     same way, the identity checked against that program's. An `env`
+//     shebang (#!/usr/bin/env node) then makes env exec the interpreter: the
+//     hop, above.
 //   - Truncated argv: the last visible element may be cut. The visible
 //     prefix is compared (the last visible element as a prefix); a
 //     difference there is a contradiction, agreement is only the gap
@@ -155,6 +184,7 @@ import (
 	"strconv"
 	"strings"
 
+	"hookbox.dev/hookbox/internal/shellwords"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -187,6 +217,10 @@ const (
 	ReasonExecIdentityUnknown   = "exec-identity-unknown"
 	ReasonEventKindUnknown      = "event-kind-unknown"
 	ReasonRenderIncomplete      = "render-incomplete"
+	// ReasonSlotValuesUnknown: the render has launch slots and the run's
+	// values for them were not given (a record from before hookbox filled
+	// and recorded them), so a slot element cannot be checked.
+	ReasonSlotValuesUnknown = "slot-values-unknown"
 )
 
 // Reasons that are contradictions: they make a verdict mismatch.
@@ -214,6 +248,7 @@ const (
 // Diff fields.
 const (
 	FieldFilename    = "filename"    // the exec's path
+	FieldInterpreter = "interpreter" // a script's interpreter or its "#!" argument (shebang form)
 	FieldArgc        = "argc"        // argv length
 	FieldArgv        = "argv"        // one argv element (Index)
 	FieldIdentity    = "identity"    // (dev, ino) as "dev:ino"
@@ -326,10 +361,11 @@ type EventRef struct {
 }
 
 // Verify judges events against r. mode is r.Trace.Mode unless the caller
-// overrides it; "" means r.Trace.Mode. It never panics on any input, does
-// not modify its arguments, and returns the same Verdict for the same
-// arguments.
-func Verify(r *render.Render, mode render.TraceMode, events []Event, stats Stats, ids FileIdentities) Verdict {
+// overrides it; "" means r.Trace.Mode. slots are the launch values the
+// launcher filled into the run's hooks (the run record's "slots"); nil when
+// unknown. It never panics on any input, does not modify its arguments,
+// and returns the same Verdict for the same arguments.
+func Verify(r *render.Render, mode render.TraceMode, events []Event, stats Stats, ids FileIdentities, slots render.SlotValues) Verdict {
 	if r == nil {
 		return unchecked(ReasonRenderIncomplete)
 	}
@@ -347,7 +383,7 @@ func Verify(r *render.Render, mode render.TraceMode, events []Event, stats Stats
 		r.Init != nil && (r.Init.Path == "" || len(r.Init.Argv) == 0) {
 		return unchecked(ReasonRenderIncomplete)
 	}
-	j := newJudge(r, events, ids)
+	j := newJudge(r, events, ids, slots)
 	j.evidence(stats)
 	j.judgeInit()
 	j.judgeEngine()
@@ -406,6 +442,7 @@ type pendingHop struct {
 type judge struct {
 	r      *render.Render
 	ids    FileIdentities
+	slots  render.SlotValues
 	events []timedEvent // in time order
 
 	programs  map[string]bool
@@ -436,10 +473,11 @@ type judge struct {
 	matched        map[string]*Match
 }
 
-func newJudge(r *render.Render, events []Event, ids FileIdentities) *judge {
+func newJudge(r *render.Render, events []Event, ids FileIdentities, slots render.SlotValues) *judge {
 	j := &judge{
 		r:              r,
 		ids:            ids,
+		slots:          slots,
 		programs:       map[string]bool{},
 		allow:          map[string]bool{},
 		allowIDs:       map[FileID]string{},
@@ -469,7 +507,7 @@ func newJudge(r *render.Render, events []Event, ids FileIdentities) *judge {
 		}
 	}
 	for _, x := range r.Engine.Execs {
-		m := newExecMatcher("engine-exec:"+x.Name, render.Exec{Path: x.Path, Argv: x.Argv, Slots: x.Slots}, nil)
+		m := newExecMatcher("engine-exec:"+x.Name, x.Path, x.Argv, x.Slots)
 		m.rest = x.Rest
 		j.engineExecs = append(j.engineExecs, engineExecRule{matcher: m, binary: x.Binary})
 	}
@@ -488,9 +526,9 @@ func newJudge(r *render.Render, events []Event, ids FileIdentities) *judge {
 			}
 		}
 	}
-	j.engine = newExecMatcher("engine", r.Engine.Exec, nil)
+	j.engine = j.plannedMatcher("engine", r.Engine.Exec, nil)
 	if r.Init != nil {
-		j.init = newExecMatcher("init", *r.Init, nil)
+		j.init = j.plannedMatcher("init", *r.Init, nil)
 	}
 	for _, h := range r.Hooks {
 		if len(h.Chain) == 0 {
@@ -505,13 +543,67 @@ func newJudge(r *render.Render, events []Event, ids FileIdentities) *judge {
 			if k+1 < len(h.Chain) {
 				next = &h.Chain[k+1]
 			}
-			hr.chain = append(hr.chain, newExecMatcher(fmt.Sprintf("hook:%s/chain[%d]", h.Name, k), e, next))
+			hr.chain = append(hr.chain, j.plannedMatcher(fmt.Sprintf("hook:%s/chain[%d]", h.Name, k), e, next))
 			hr.reached = append(hr.reached, map[int]int{})
 			j.hookPaths[e.Path] = true
 		}
 		j.hooks = append(j.hooks, hr)
 	}
 	return j
+}
+
+// plannedMatcher is the matcher of a planned exec (init, engine, hook
+// chain element) with its launch slots filled from the run's values: a
+// slot element is exactly its value, and a shell command string that
+// quotes next (the following chain element) is exactly the quoting of next
+// with its values. A slot without a value stays free (any single
+// element), with the gap slot-values-unknown.
+func (j *judge) plannedMatcher(rule string, e render.Exec, next *render.Exec) *execMatcher {
+	argv, free := j.fill(e)
+	m := newExecMatcher(rule, e.Path, argv, free)
+	m.script = j.scripts[e.Path]
+	if next == nil || len(next.Slots) == 0 {
+		return m
+	}
+	quoted := shellwords.Join(next.Argv)
+	nextArgv, nextFree := j.fill(*next)
+	for i, a := range e.Argv {
+		if a != quoted || m.slot[i] {
+			continue
+		}
+		if len(nextFree) == 0 {
+			m.argv[i] = shellwords.Join(nextArgv)
+		} else {
+			m.cmd, m.cmdArgv, m.cmdSlot = i, nextArgv, slotMask(len(nextArgv), nextFree)
+		}
+		break
+	}
+	return m
+}
+
+// fill returns e's argv with each launch slot that has a value replaced
+// by it, and the positions left free: slots without a value, and slot
+// indices on an element that is no launch slot (a malformed render).
+func (j *judge) fill(e render.Exec) (argv []string, free []int) {
+	argv = slices.Clone(e.Argv)
+	for _, i := range e.Slots {
+		if i < 0 || i >= len(argv) || slices.Contains(free, i) {
+			continue
+		}
+		name, ok := render.SlotName(e.Argv[i])
+		value, known := j.slots[name]
+		switch {
+		case !ok || !slices.Contains(render.LaunchSlots, name):
+			j.gap(ReasonRenderIncomplete)
+		case !known:
+			j.gap(ReasonSlotValuesUnknown)
+		default:
+			argv[i] = value
+			continue
+		}
+		free = append(free, i)
+	}
+	return argv, free
 }
 
 func (j *judge) gap(reason string)        { j.gaps[reason] = true }
@@ -742,7 +834,7 @@ func (j *judge) expectHop(pos int, e *timedEvent) {
 	if sc == nil || sc.Hop == "" || len(e.Argv) < 2 || e.Argv[0] != sc.Interpreter {
 		return
 	}
-	want := newExecMatcher("hop:"+e.Filename, render.Exec{Path: sc.Hop, Argv: e.Argv[1:]}, nil)
+	want := newExecMatcher("hop:"+e.Filename, sc.Hop, e.Argv[1:], nil)
 	j.hops[e.PID] = pendingHop{script: e.Filename, after: pos, want: want}
 }
 
@@ -831,7 +923,14 @@ func (j *judge) judgeExec(pos int, e *timedEvent) {
 
 	// 4. The allow list, by path and by identity.
 	if j.allow[e.Filename] {
-		want := j.ids.lookup(e.Filename)
+		want, wantText := j.ids.lookup(e.Filename), ""
+		if sc := j.scripts[e.Filename]; sc != nil {
+			// The kernel ran the script by its "#!" line when the argv
+			// says so: the exe is then the interpreter.
+			if diffs, whole := headDiffs("", scriptHead(sc, e.Filename), &e.Event); len(diffs) == 0 && (whole || e.Truncated) {
+				want, wantText = j.ids.lookup(sc.Interpreter), " (interpreter "+sc.Interpreter+")"
+			}
+		}
 		if !want.known() || !e.id().known() || want == e.id() {
 			j.match("allow:"+e.Filename, e)
 			j.expectHop(pos, e)
@@ -842,7 +941,7 @@ func (j *judge) judgeExec(pos int, e *timedEvent) {
 			return
 		}
 		j.contradict(ReasonAllowedBinaryDiffers)
-		j.diff(Diff{Rule: "allow:" + e.Filename, Field: FieldIdentity, Index: -1, Want: want.String(), Got: e.id().String(), EventPID: e.PID})
+		j.diff(Diff{Rule: "allow:" + e.Filename, Field: FieldIdentity, Index: -1, Want: want.String() + wantText, Got: e.id().String(), EventPID: e.PID})
 		return
 	}
 	if p, ok := j.allowIDs[e.id()]; ok && e.id().known() {

@@ -36,6 +36,9 @@ var (
 	noID     = FileID{}
 )
 
+// testSlots are the launch values of the test run.
+var testSlots = render.SlotValues{render.SlotRunID: "run-42", render.SlotRunDir: render.RunDir}
+
 func testIDs() FileIdentities {
 	return FileIdentities{
 		claudePath: claudeID, codexPath: codexID, auditPath: auditID, gitPath: gitID,
@@ -216,9 +219,12 @@ type verifyCase struct {
 	render func() *render.Render // default claudeRender
 	mode   render.TraceMode
 	events []Event
-	stats  *Stats         // default fullStats
-	ids    FileIdentities // default testIDs()
-	want   verdictWant
+	stats  *Stats            // default fullStats
+	ids    FileIdentities    // default testIDs()
+	slots  render.SlotValues // default testSlots
+	// unknownSlots: judged without launch values (an older record).
+	unknownSlots bool
+	want         verdictWant
 }
 
 func (c verifyCase) run(t *testing.T) Verdict {
@@ -235,7 +241,14 @@ func (c verifyCase) run(t *testing.T) Verdict {
 	if ids == nil {
 		ids = testIDs()
 	}
-	return Verify(mk(), c.mode, c.events, stats, ids)
+	slots := c.slots
+	switch {
+	case c.unknownSlots:
+		slots = nil
+	case slots == nil:
+		slots = testSlots
+	}
+	return Verify(mk(), c.mode, c.events, stats, ids, slots)
 }
 
 func TestVerify(t *testing.T) {
@@ -255,10 +268,20 @@ func TestVerify(t *testing.T) {
 			mode: render.TraceObserve, events: happy,
 			want: verdictWant{status: StatusConfirmed, noDiffs: true},
 		},
-		"slots match any single element, even an empty one": {
-			events: trace(claudeEngine(), ev(2, 1, auditPath, auditID, with(auditArgv, 3, "")...),
-				ev(3, 1, auditPath, auditID, with(auditArgv, 3, "--tag x; rm -rf /")...)),
-			want: verdictWant{status: StatusConfirmed, matched: map[string]int{"hook:audit": 2}},
+		"a launch slot holds exactly the run's value": {
+			slots:  render.SlotValues{render.SlotRunID: "", render.SlotRunDir: render.RunDir},
+			events: trace(claudeEngine(), ev(2, 1, auditPath, auditID, with(auditArgv, 3, "")...)),
+			want:   verdictWant{status: StatusConfirmed, noDiffs: true, matched: map[string]int{"hook:audit": 1}},
+		},
+		"a render without launch slots needs no values": {
+			render: func() *render.Render {
+				r := claudeRender()
+				r.Hooks = r.Hooks[1:]
+				return r
+			},
+			unknownSlots: true,
+			events:       trace(claudeEngine(), ev(3, 1, lintPath, lintID, lintArgv...)),
+			want:         verdictWant{status: StatusConfirmed, noDiffs: true},
 		},
 		"optional hook missing is fine": {
 			events: trace(claudeEngine(), auditHook(2)),
@@ -290,7 +313,7 @@ func TestVerify(t *testing.T) {
 		},
 		"hook identity unknown to the launcher is not checked": {
 			ids:    without(testIDs(), auditPath),
-			events: trace(claudeEngine(), ev(2, 1, auditPath, otherID, with(auditArgv, 3, "r")...)),
+			events: trace(claudeEngine(), auditHook(2)),
 			want:   verdictWant{status: StatusConfirmed},
 		},
 
@@ -302,20 +325,16 @@ func TestVerify(t *testing.T) {
 			want: verdictWant{status: StatusConfirmed, noDiffs: true,
 				matched: map[string]int{"hook:audit": 1, "hook:audit/chain[0]": 1, "hook:audit/chain[1]": 1}},
 		},
-		"codex hook through bash -c, forked child": {
+		"codex hook through bash -c, forked child, a run id that needs quoting": {
 			render: codexRender,
+			slots:  render.SlotValues{render.SlotRunID: "a b'c", render.SlotRunDir: render.RunDir},
 			events: trace(codexEngine(), bashHook(5, 1, shellwords.Join(with(auditArgv, 3, "a b'c"))),
 				ev(6, 5, auditPath, auditID, with(auditArgv, 3, "a b'c")...)),
-			want: verdictWant{status: StatusConfirmed, matched: map[string]int{"hook:audit": 1}},
-		},
-		"codex hook with the command exactly as rendered": {
-			render: codexRender,
-			events: trace(codexEngine(), bashHook(5, 1, shellwords.Join(auditArgv)), ev(5, 1, auditPath, auditID, auditArgv...)),
-			want:   verdictWant{status: StatusConfirmed, matched: map[string]int{"hook:audit": 1}},
+			want: verdictWant{status: StatusConfirmed, noDiffs: true, matched: map[string]int{"hook:audit": 1}},
 		},
 		"codex hook program not linked to its shell is no occurrence": {
 			render: codexRender,
-			events: trace(codexEngine(), bashHook(5, 1, shellwords.Join(auditArgv)), ev(9, 1, auditPath, auditID, auditArgv...)),
+			events: trace(codexEngine(), bashHook(5, 1, shellwords.Join(with(auditArgv, 3, "run-42"))), ev(9, 1, auditPath, auditID, with(auditArgv, 3, "run-42")...)),
 			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonHookNotRun},
 				diffs: []diffWant{{rule: "hook:audit", field: FieldOccurrences, index: -1}}},
 		},
@@ -324,8 +343,8 @@ func TestVerify(t *testing.T) {
 			// hook never ran as planned.
 			render: codexRender,
 			events: trace(codexEngine(),
-				bashHook(5, 1, shellwords.Join(with(auditArgv, 3, "r"))+"; /usr/bin/git push"),
-				ev(6, 5, auditPath, auditID, with(auditArgv, 3, "r")...),
+				bashHook(5, 1, shellwords.Join(with(auditArgv, 3, "run-42"))+"; /usr/bin/git push"),
+				ev(6, 5, auditPath, auditID, with(auditArgv, 3, "run-42")...),
 				ev(7, 5, gitPath, gitID, "/usr/bin/git", "push")),
 			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonHookNotRun},
 				matched: map[string]int{"allow:" + bashPath: 1, "hook:audit/chain[1]": 1}},
@@ -335,17 +354,17 @@ func TestVerify(t *testing.T) {
 			// bash reads "r" like r, but hookbox never writes it so: the
 			// exec is not the planned one.
 			render: codexNoBashTool,
-			events: trace(codexEngine(), bashHook(5, 1, `/usr/local/bin/audit-hook --tag 'x y' "r"`),
-				ev(5, 1, auditPath, auditID, with(auditArgv, 3, "r")...)),
+			events: trace(codexEngine(), bashHook(5, 1, `/usr/local/bin/audit-hook --tag 'x y' "run-42"`),
+				ev(5, 1, auditPath, auditID, with(auditArgv, 3, "run-42")...)),
 			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonHookArgvDiffers, ReasonHookNotRun},
 				diffs: []diffWant{{rule: "hook:audit/chain[0]", field: FieldArgv, index: 2}}},
 		},
 		"codex: filled command with the wrong fixed words": {
 			render: codexNoBashTool,
-			events: trace(codexEngine(), bashHook(5, 1, shellwords.Join(with(with(auditArgv, 3, "r"), 2, "x z"))),
-				ev(5, 1, auditPath, auditID, with(auditArgv, 3, "r")...)),
+			events: trace(codexEngine(), bashHook(5, 1, shellwords.Join(with(with(auditArgv, 3, "run-42"), 2, "x z"))),
+				ev(5, 1, auditPath, auditID, with(auditArgv, 3, "run-42")...)),
 			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonHookArgvDiffers, ReasonHookNotRun},
-				diffs: []diffWant{{rule: "hook:audit/chain[0]", field: FieldArgv, index: 2, got: "/usr/local/bin/audit-hook --tag 'x z' r"}}},
+				diffs: []diffWant{{rule: "hook:audit/chain[0]", field: FieldArgv, index: 2, got: "/usr/local/bin/audit-hook --tag 'x z' run-42"}}},
 		},
 
 		// Evidence gaps.
@@ -514,12 +533,12 @@ func TestVerify(t *testing.T) {
 				diffs: []diffWant{{rule: "hook:audit", field: FieldOccurrences, index: -1, want: ">=1", got: "0"}}},
 		},
 		"hook argv differs": {
-			events: trace(claudeEngine(), ev(2, 1, auditPath, auditID, with(with(auditArgv, 2, "x  y"), 3, "r")...)),
+			events: trace(claudeEngine(), ev(2, 1, auditPath, auditID, with(with(auditArgv, 2, "x  y"), 3, "run-42")...)),
 			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonHookArgvDiffers, ReasonHookNotRun},
 				diffs: []diffWant{{rule: "hook:audit/chain[0]", field: FieldArgv, index: 2, want: "x y", got: "x  y"}}},
 		},
 		"hook binary differs": {
-			events: trace(claudeEngine(), ev(2, 1, auditPath, otherID, with(auditArgv, 3, "r")...)),
+			events: trace(claudeEngine(), ev(2, 1, auditPath, otherID, with(auditArgv, 3, "run-42")...)),
 			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonHookBinaryDiffers, ReasonHookNotRun},
 				diffs: []diffWant{{rule: "hook:audit/chain[0]", field: FieldIdentity, index: -1}}},
 		},
@@ -598,7 +617,7 @@ func TestVerifyDoesNotModifyInput(t *testing.T) {
 	r := claudeRender()
 	rBefore, _ := r.Canonical()
 	ids := testIDs()
-	Verify(r, "", events, fullStats, ids)
+	Verify(r, "", events, fullStats, ids, testSlots)
 	if !reflect.DeepEqual(events, before) {
 		t.Errorf("events modified")
 	}
@@ -613,7 +632,7 @@ func TestVerifyDoesNotModifyInput(t *testing.T) {
 func TestVerifySortsByTime(t *testing.T) {
 	events := trace(auditHook(2), claudeEngine())
 	events[0].Time, events[1].Time = 2000, 1000
-	v := Verify(claudeRender(), "", events, fullStats, testIDs())
+	v := Verify(claudeRender(), "", events, fullStats, testIDs(), testSlots)
 	verdictWant{status: StatusConfirmed, matched: map[string]int{"engine": 1}}.check(t, v)
 	if i := slices.IndexFunc(v.Matched, func(m Match) bool { return m.Rule == "engine" }); i >= 0 {
 		if ref := v.Matched[i].Events[0]; ref.Index != 1 {
@@ -641,12 +660,12 @@ func TestVerifyDeterministic(t *testing.T) {
 		ev(9, 1, "/proc/self/exe", claudeID, "rg", "a"),
 		truncated(ev(10, 1, gitPath, gitID, "git", "lo")),
 	)
-	first := Verify(r, "", events, Stats{Attached: true, AttachedBeforeStart: true, Lost: 2}, ids)
+	first := Verify(r, "", events, Stats{Attached: true, AttachedBeforeStart: true, Lost: 2}, ids, testSlots)
 	if first.Status != StatusMismatch || len(first.Diffs) < 5 || len(first.Matched) < 4 {
 		t.Fatalf("test verdict not rich enough: %+v", first)
 	}
 	for i := range 50 {
-		if got := Verify(r, "", events, Stats{Attached: true, AttachedBeforeStart: true, Lost: 2}, maps.Clone(ids)); !reflect.DeepEqual(got, first) {
+		if got := Verify(r, "", events, Stats{Attached: true, AttachedBeforeStart: true, Lost: 2}, maps.Clone(ids), testSlots); !reflect.DeepEqual(got, first) {
 			t.Fatalf("run %d differs:\n%+v\n%+v", i, got, first)
 		}
 	}
@@ -662,7 +681,7 @@ func TestVerifyDeterministic(t *testing.T) {
 func testID(ino uint64) FileID { return FileID{Dev: 65, Ino: ino} }
 
 func TestVerdictJSON(t *testing.T) {
-	v := Verify(claudeRender(), "", trace(claudeEngine(), auditHook(2)), fullStats, testIDs())
+	v := Verify(claudeRender(), "", trace(claudeEngine(), auditHook(2)), fullStats, testIDs(), testSlots)
 	out, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
@@ -678,7 +697,7 @@ func TestDiffsAreCapped(t *testing.T) {
 	for i := range 2 * maxDiffs {
 		events = append(events, ev(100+i, 1, "/usr/bin/curl", otherID, "curl"))
 	}
-	v := Verify(claudeRender(), "", trace(events...), fullStats, testIDs())
+	v := Verify(claudeRender(), "", trace(events...), fullStats, testIDs(), testSlots)
 	if len(v.Diffs) != maxDiffs+1 {
 		t.Fatalf("len(diffs) = %d, want %d", len(v.Diffs), maxDiffs+1)
 	}
@@ -693,7 +712,7 @@ func TestArgvDiffsAreCapped(t *testing.T) {
 	for range 1000 {
 		long = append(long, "x")
 	}
-	v := Verify(claudeRender(), "", trace(ev(1, 0, claudePath, claudeID, long...), auditHook(2)), fullStats, testIDs())
+	v := Verify(claudeRender(), "", trace(ev(1, 0, claudePath, claudeID, long...), auditHook(2)), fullStats, testIDs(), testSlots)
 	if n := len(v.Diffs); n != 1+maxLengthDiffs {
 		t.Errorf("len(diffs) = %d, want argc + %d elements", n, maxLengthDiffs)
 	}
@@ -807,7 +826,7 @@ func TestVerifyInit(t *testing.T) {
 	t.Run("an init without argv is an incomplete render", func(t *testing.T) {
 		r := claudeWithInit()
 		r.Init.Argv = nil
-		v := Verify(r, "", trace(initEvent(), engineUnderInit()), fullStats, initIDs())
+		v := Verify(r, "", trace(initEvent(), engineUnderInit()), fullStats, initIDs(), testSlots)
 		verdictWant{status: StatusUnchecked, reasons: []string{ReasonRenderIncomplete}}.check(t, v)
 	})
 }
