@@ -163,10 +163,10 @@ func recordPath(p string) string {
 
 // Record problems: why a record or its attestation does not verify.
 const (
-	ProblemFileChanged       = "file-changed"        // a file's content differs from its recorded digest
-	ProblemFileMissing       = "file-missing"        // a recorded file is gone
-	ProblemFileAdded         = "file-added"          // a file the record does not list
-	ProblemRecordUnreadable  = "record-unreadable"   // a file could not be read or parsed
+	ProblemFileChanged       = "file-changed"         // a file's content differs from its recorded digest
+	ProblemFileMissing       = "file-missing"         // a recorded file is gone
+	ProblemFileAdded         = "file-added"           // a file the record does not list
+	ProblemRecordUnreadable  = "record-unreadable"    // a file could not be read or parsed
 	ProblemChainDiffers      = "record-chain-differs" // result.json's file list is not the one its chain names
 	ProblemNoDigests         = "record-digests-missing"
 	ProblemVerdictDiffers    = "verdict-differs" // the recorded verdict is not what the record gives
