@@ -243,7 +243,10 @@ type RecordCheck struct {
 	verify.Verdict
 	// Digests is "verified", or "absent" for a record written before
 	// hookbox recorded digests (its files are then not checked).
-	Digests     string            `json:"record"`
+	Digests string `json:"record"`
+	// Recomputed: the verdict above comes from the record (false when
+	// render.json, result.json or trace.jsonl could not be read).
+	Recomputed  bool              `json:"recomputed"`
 	Attestation *AttestationCheck `json:"attestation,omitempty"`
 	Problems    []Problem         `json:"problems,omitempty"`
 }
@@ -315,7 +318,7 @@ func CheckRecord(ctx context.Context, dir string, opts CheckOptions) (*RecordChe
 	if err != nil {
 		problem(ProblemRecordUnreadable, TraceFile, "%v", err)
 	} else {
-		c.Verdict = v
+		c.Verdict, c.Recomputed = v, true
 		if v.Status != res.Trace.Status || !slices.Equal(v.Reasons, nonNil(res.Trace.Reasons)) {
 			problem(ProblemVerdictDiffers, ResultFile, "result.json says %s; the record gives %s", describeVerdict(string(res.Trace.Status), res.Trace.Reasons), describeVerdict(string(v.Status), v.Reasons))
 		}

@@ -53,8 +53,8 @@ that changed); else 124 for mismatch, 119 for unchecked.`,
 			dir := filepath.Dir(attestation)
 			if len(args) == 1 {
 				dir = args[0]
-				if !strings.Contains(dir, "/") {
-					dir = filepath.Join(launcher.RunsDir(stateDirOr(h.stateDir)), dir)
+				if fi, err := os.Stat(dir); !strings.Contains(dir, "/") && (err != nil || !fi.IsDir()) {
+					dir = filepath.Join(launcher.RunsDir(stateDirOr(h.stateDir)), dir) // a run id
 				}
 			}
 			opts, err := checkOptions(dir, attestation, keyFile)
@@ -126,7 +126,9 @@ func printCheck(w io.Writer, c *launcher.RecordCheck) {
 		for _, p := range c.Problems {
 			fmt.Fprintf(w, "  %s\n", p)
 		}
-		fmt.Fprintf(w, "recomputed from the record as it is: %s\n", verdict)
+		if c.Recomputed {
+			fmt.Fprintf(w, "recomputed from the record as it is: %s\n", verdict)
+		}
 		return
 	}
 	fmt.Fprintln(w, verdict)
