@@ -13,11 +13,11 @@ import (
 func TestKeyGenerateAndShow(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "keys")
 	t.Setenv(config.EnvKeyDir, dir)
-	code, stdout, stderr := runCLI(t, "key", "show")
+	code, _, stderr := runCLI(t, "key", "show")
 	if code != exitFailure || !strings.Contains(stderr, "hookbox key generate") {
 		t.Errorf("show without a key: exit %d, %s", code, stderr)
 	}
-	code, stdout, stderr = runCLI(t, "key", "generate")
+	code, stdout, stderr := runCLI(t, "key", "generate")
 	if code != 0 || !strings.Contains(stdout, filepath.Join(dir, attest.PublicKeyFile)) || !strings.Contains(stdout, "fingerprint SHA256:") {
 		t.Fatalf("generate: exit %d\n%s%s", code, stdout, stderr)
 	}
