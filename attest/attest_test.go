@@ -212,3 +212,13 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return data
 }
+
+// FuzzParseStatement: no payload panics the statement reader.
+func FuzzParseStatement(f *testing.F) {
+	payload, _ := Statement(testSubjects, testPredicate())
+	f.Add(payload)
+	f.Add([]byte(`{"_type":"https://in-toto.io/Statement/v1","subject":[{"digest":{"sha256":""}}],"predicateType":"https://hookbox.dev/attestation/run/v1","predicate":{"run":1}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ParseStatement(data)
+	})
+}

@@ -63,7 +63,7 @@ func newTestKeys(t *testing.T) testKeys {
 
 func TestDigestRecord(t *testing.T) {
 	dir := writeFixtureRecord(t, true)
-	for _, p := range []string{"tmpfs/left", "workspace-store/x", attest.File, "notify.stderr", CollectedFile} {
+	for _, p := range []string{"tmpfs/left", "workspace-store/x", "etc/script.json", attest.File, "notify.stderr", CollectedFile} {
 		os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o700)
 		os.WriteFile(filepath.Join(dir, p), []byte("not sealed"), 0o644)
 	}
@@ -79,7 +79,7 @@ func TestDigestRecord(t *testing.T) {
 	}
 	want := []string{"artifacts/link", "artifacts/odd%25%FFname", "artifacts/out/answer.txt", IdentitiesFile, RenderFile, StdoutFile, TraceFile}
 	if !slices.Equal(paths, want) {
-		t.Errorf("sealed files %q, want %q (result.json, the attestation, notify.stderr, collected.json and the mount points are not sealed)", paths, want)
+		t.Errorf("sealed files %q, want %q (result.json, the attestation, notify.stderr, collected.json and the mount sources are not sealed)", paths, want)
 	}
 	if i := slices.Index(paths, "artifacts/link"); i < 0 || d.Files[i].Type != "symlink" || d.Files[i].Size != int64(len("/etc/passwd")) {
 		t.Errorf("a symlink is sealed by its link text, never followed: %+v", d.Files)

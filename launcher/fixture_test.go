@@ -75,7 +75,7 @@ func fixtureEvents(git bool) []ebpf.Event {
 
 // traceRecord is trace.jsonl for events, with a stats line that accounts
 // for them.
-func traceRecord(t *testing.T, events []ebpf.Event) []byte {
+func traceRecord(t testing.TB, events []ebpf.Event) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	for _, ev := range events {

@@ -52,13 +52,16 @@ const (
 
 // unsealed are the top-level record entries outside the digests: the files
 // written after them (result.json holds them; the attestation covers
-// result.json; the notifier and gc write theirs later) and the mount
-// points of the run's tmpfs and workspace store, which are empty once
-// teardown unmounted them and are not evidence.
+// result.json; the notifier and gc write theirs later) and the run's mount
+// sources, which are not evidence: the config dir holds the render's
+// files (render.json has them, and a rootless run's are owned by the
+// container's uid, which its user cannot read), the tmpfs and workspace
+// store mount points are empty once teardown unmounted them.
 func unsealed(name string) bool {
 	hp := mounts.RunHostPaths("")
 	switch name {
-	case ResultFile, attest.File, notify.StderrFile, CollectedFile, filepath.Base(hp.RunDir), filepath.Base(hp.WorkspaceStore):
+	case ResultFile, attest.File, notify.StderrFile, CollectedFile,
+		filepath.Base(hp.ConfigDir), filepath.Base(hp.RunDir), filepath.Base(hp.WorkspaceStore):
 		return true
 	}
 	return false

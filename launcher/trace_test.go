@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -69,4 +70,28 @@ func TestReadTrace(t *testing.T) {
 	if _, _, err := ReadTrace(join(lines[0], "{not json\n", lines[3])); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("an unreadable line in the middle must be an error naming it, got %v", err)
 	}
+}
+
+// FuzzReadTrace: no input panics the trace reader, and a record it reads
+// as complete and consistent has exactly as many events as delivered.
+func FuzzReadTrace(f *testing.F) {
+	full := traceRecord(f, fixtureEvents(true))
+	f.Add(full)
+	f.Add(full[:len(full)/2])
+	f.Add([]byte(`{"kind":"stats","stats":{"delivered":1,"matched":1}}` + "\n"))
+	f.Add([]byte("{}\n{\"kind\":\"stats\"}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		events, stats, err := ReadTrace(data)
+		if err != nil || stats.Unfinished || len(stats.Inconsistent) > 0 {
+			return
+		}
+		var last traceStatsLine
+		lines := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
+		if json.Unmarshal(lines[len(lines)-1], &last) != nil {
+			t.Fatalf("read as complete without a final stats line: %q", data)
+		}
+		if uint64(len(events)+last.Unwritten) != last.Stats.Delivered {
+			t.Fatalf("%d events read as consistent with delivered %d: %q", len(events), last.Stats.Delivered, data)
+		}
+	})
 }
