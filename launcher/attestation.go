@@ -39,6 +39,7 @@ func (x *execution) seal() {
 	if err != nil {
 		// Without digests there is nothing to attest: the run says so and
 		// verify treats the record as unsealed.
+		x.result.Reasons = append(x.result.Reasons, ReasonRecordUnsealed)
 		x.result.Error = strings.TrimPrefix(x.result.Error+"; "+err.Error(), "; ")
 		return
 	}

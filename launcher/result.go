@@ -44,6 +44,9 @@ const (
 	// ReasonNoRunCgroup (degraded): a rootless run without a delegated
 	// cgroup2 subtree has no cgroup of its own.
 	ReasonNoRunCgroup = "run-cgroup-unavailable"
+	// ReasonRecordUnsealed: the record's digests could not be computed, so
+	// the run has neither them nor an attestation.
+	ReasonRecordUnsealed = "record-unsealed"
 )
 
 // Result is result.json.

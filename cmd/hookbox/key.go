@@ -110,20 +110,23 @@ func hostKeyDir() (string, error) {
 // runSigner is the key a run signs its attestation with: the --signing-key
 // file, else the host's key when it has one. Without one the run writes an
 // unsigned statement and unsigned says why, unless require.
-func runSigner(flag string, require bool) (signer *attest.Signer, unsigned string, err error) {
+func runSigner(env config.Env, flag string, require bool) (signer *attest.Signer, unsigned string, err error) {
 	path := flag
 	if path == "" {
-		dir, err := hostKeyDir()
+		dir, err := env.KeyDir()
 		if err != nil {
 			return nil, "", err
 		}
-		path = filepath.Join(dir, attest.PrivateKeyFile)
-		exists, err := attest.KeyExists(path)
-		if err != nil {
-			return nil, "", err
+		why := fmt.Sprintf("no directory for an attestation key: HOME is not set (set $%s)", config.EnvKeyDir)
+		exists := false
+		if dir != "" {
+			path = filepath.Join(dir, attest.PrivateKeyFile)
+			if exists, err = attest.KeyExists(path); err != nil {
+				return nil, "", fmt.Errorf("attestation key: %w", err)
+			}
+			why = fmt.Sprintf("this host has no attestation key (%s): hookbox key generate", path)
 		}
 		if !exists {
-			why := fmt.Sprintf("this host has no attestation key (%s): hookbox key generate", path)
 			if require {
 				return nil, "", errors.New("--require-signature: " + why)
 			}

@@ -39,26 +39,31 @@ func TestKeyGenerateAndShow(t *testing.T) {
 func TestRunSigner(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "keys")
 	t.Setenv(config.EnvKeyDir, dir)
-	s, why, err := runSigner("", false)
+	s, why, err := runSigner(config.HostEnv(), "", false)
 	if s != nil || err != nil || !strings.Contains(why, "hookbox key generate") {
 		t.Errorf("no key: %v %q %v", s, why, err)
 	}
-	if _, _, err := runSigner("", true); err == nil || !strings.Contains(err.Error(), "--require-signature") {
+	if _, _, err := runSigner(config.HostEnv(), "", true); err == nil || !strings.Contains(err.Error(), "--require-signature") {
 		t.Errorf("no key, --require-signature: %v", err)
 	}
 	kp, err := attest.GenerateKey(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s, _, err := runSigner("", true); err != nil || s.KeyID() != kp.Fingerprint {
+	if s, _, err := runSigner(config.HostEnv(), "", true); err != nil || s.KeyID() != kp.Fingerprint {
 		t.Errorf("the host key: %v", err)
 	}
 	os.Chmod(kp.Private, 0o644)
-	if _, _, err := runSigner("", false); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+	if _, _, err := runSigner(config.HostEnv(), "", false); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a readable private key must stop the run: %v", err)
 	}
-	if _, _, err := runSigner(kp.Public, false); err == nil {
+	if _, _, err := runSigner(config.HostEnv(), kp.Public, false); err == nil {
 		t.Error("--signing-key with a public key")
+	}
+	// A user without a home (a service account) still runs, unsigned.
+	homeless := config.Env{Getenv: func(string) string { return "" }}
+	if s, why, err := runSigner(homeless, "", false); s != nil || err != nil || !strings.Contains(why, "HOME") {
+		t.Errorf("no home: %v %q %v", s, why, err)
 	}
 }
 

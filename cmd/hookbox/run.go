@@ -97,7 +97,7 @@ result.json says so (--require-signature refuses to run instead).`,
 				return err
 			}
 			// A key that cannot be used fails the run before anything starts.
-			signer, unsigned, err := runSigner(signingKey, requireSignature)
+			signer, unsigned, err := runSigner(config.HostEnv(), signingKey, requireSignature)
 			if err != nil {
 				return exitError{exitInfra, err.Error()}
 			}

@@ -71,7 +71,7 @@ that changed); else 124 for mismatch, 119 for unchecked.`,
 					return err
 				}
 			} else {
-				printCheck(out, c)
+				printCheck(out, dir, c)
 			}
 			switch {
 			case len(c.Problems) > 0:
@@ -119,7 +119,7 @@ func checkOptions(dir, attestation, keyFile string) (launcher.CheckOptions, erro
 	return opts, nil
 }
 
-func printCheck(w io.Writer, c *launcher.RecordCheck) {
+func printCheck(w io.Writer, dir string, c *launcher.RecordCheck) {
 	verdict := fmt.Sprintf("%s (%s)", c.Status, strings.Join(c.Reasons, ", "))
 	if len(c.Problems) > 0 {
 		fmt.Fprintf(w, "refused: the record does not verify\n")
@@ -146,5 +146,7 @@ func printCheck(w io.Writer, c *launcher.RecordCheck) {
 	}
 	if a := c.Attestation; a != nil {
 		fmt.Fprintf(w, "attestation: signed by %s; subjects %s\n", a.KeyID, strings.Join(a.Subjects, ", "))
+	} else if _, err := os.Stat(filepath.Join(dir, attest.File)); err == nil {
+		fmt.Fprintf(w, "attestation: not checked (--key PUB checks %s with the signing host's public key)\n", attest.File)
 	}
 }
