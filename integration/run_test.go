@@ -77,6 +77,7 @@ type env struct {
 	t        *testing.T
 	state    string
 	specDir  string
+	keyDir   string // $HOOKBOX_KEY_DIR of the hookbox it runs
 	extraEnv []string
 	specs    []string // names of specs written by helpers that number them
 }
@@ -86,7 +87,10 @@ func newEnv(t *testing.T) *env {
 	testenv.RequireIntegration(t, testenv.Root, testenv.Runc, containerdUp)
 	buildTools(t)
 	dir := t.TempDir()
-	e := &env{t: t, state: filepath.Join(dir, "state"), specDir: filepath.Join(dir, "spec")}
+	e := &env{t: t, state: filepath.Join(dir, "state"), specDir: filepath.Join(dir, "spec"), keyDir: filepath.Join(dir, "keys")}
+	// The test's own attestation key directory (empty: runs are unsigned),
+	// never the host's.
+	e.extraEnv = []string{"HOOKBOX_KEY_DIR=" + e.keyDir}
 	if err := os.MkdirAll(filepath.Join(e.specDir, "ws"), 0o755); err != nil {
 		t.Fatal(err)
 	}

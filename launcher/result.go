@@ -44,6 +44,9 @@ const (
 	// ReasonNoRunCgroup (degraded): a rootless run without a delegated
 	// cgroup2 subtree has no cgroup of its own.
 	ReasonNoRunCgroup = "run-cgroup-unavailable"
+	// ReasonRecordUnsealed: the record's digests could not be computed, so
+	// the run has neither them nor an attestation.
+	ReasonRecordUnsealed = "record-unsealed"
 )
 
 // Result is result.json.
@@ -85,6 +88,13 @@ type Result struct {
 	Notify *NotifyResult `json:"notify,omitempty"`
 	// Workspace is what an overlay workspace's engine changed.
 	Workspace *WorkspaceResult `json:"workspace,omitempty"`
+	// Record is the digest of every file of the record written before
+	// result.json (hookbox verify checks them); absent in records from
+	// before it existed, or when the digests could not be computed.
+	Record *RecordDigests `json:"record,omitempty"`
+	// Attestation is the run's in-toto statement (attestation.dsse.json),
+	// signed or not (docs/attestation.md).
+	Attestation *AttestationResult `json:"attestation,omitempty"`
 }
 
 // NotifyResult is the notify section of result.json.

@@ -33,6 +33,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/image-spec/identity"
 
+	"hookbox.dev/hookbox/attest"
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/internal/config/secretsconf"
 	"hookbox.dev/hookbox/internal/host"
@@ -90,6 +91,10 @@ type Options struct {
 	// NotifyOptions configure the notifier's execution (RecordDir is set by
 	// Run).
 	NotifyOptions notify.Options
+	// Signer signs the run's attestation (the host key); nil writes it
+	// unsigned, and Unsigned says why in result.json.
+	Signer   *attest.Signer
+	Unsigned string
 }
 
 // Run runs r to its end and returns its result. Errors before the run id
@@ -224,8 +229,13 @@ func (x *execution) run() {
 	res.EndedAt = time.Now().UTC()
 	res.Timings.Teardown = time.Since(ran).Milliseconds()
 	res.Timings.Total = time.Since(x.started).Milliseconds()
-	if werr := writeJSON(filepath.Join(x.dir, ResultFile), res, 0o644); werr != nil && res.Error == "" {
+	x.seal()
+	switch werr := writeJSON(filepath.Join(x.dir, ResultFile), res, 0o644); {
+	case werr != nil && res.Error == "":
 		res.Status, res.Error = StatusInfraError, "write result: "+werr.Error()
+	case werr == nil:
+		// Before the notifier, so that it can pass the attestation on.
+		x.attest()
 	}
 	x.emit(Event{Type: EventResult, Result: res})
 	x.notify()

@@ -104,7 +104,7 @@ func TestReverifyUsesRecordedSlots(t *testing.T) {
 			}
 			trace.Write(append(line, '\n'))
 		}
-		trace.WriteString(`{"kind":"stats","stats":{}}` + "\n")
+		trace.WriteString(`{"kind":"stats","stats":{"matched":2,"delivered":2}}` + "\n")
 		write(TraceFile, []byte(trace.String()))
 		return dir
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,11 +86,11 @@ type tracing struct {
 
 	watch    ExecWatch
 	ids      verify.FileIdentities
-	mu       sync.Mutex
-	events   []verify.Event
 	consumed sync.WaitGroup
 	file     *os.File
 	out      *bufio.Writer // trace.jsonl, flushed when the watch ends
+	// unwritten counts events that could not be encoded for the record.
+	unwritten int
 }
 
 // startTracer loads the tracer in the background, so its cost overlaps
@@ -166,7 +167,10 @@ func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) er
 	w, err := t.tracer.Watch(cgroupDir, cgroupID, ebpf.Policy{Enforce: x.r.Trace.Mode == render.TraceEnforce, Allowed: allowed})
 	if err != nil {
 		t.loadErr = err
+		// No trace record, as for a tracer that never loaded: an empty one
+		// would read as a trace cut short.
 		f.Close()
+		os.Remove(f.Name())
 		if x.opts.RequireTrace {
 			return fmt.Errorf("tracer cannot watch the run (--require-trace): %w", err)
 		}
@@ -199,14 +203,13 @@ func (x *execution) consumeTrace() {
 	defer t.consumed.Done()
 	for ev := range t.watch.Events() {
 		line, err := json.Marshal(ev)
-		if err == nil {
-			t.out.Write(line)
-			t.out.WriteByte('\n')
-			x.emit(Event{Type: EventExec, Exec: line})
+		if err != nil {
+			t.unwritten++
+			continue
 		}
-		t.mu.Lock()
-		t.events = append(t.events, verifyEvent(ev))
-		t.mu.Unlock()
+		t.out.Write(line)
+		t.out.WriteByte('\n')
+		x.emit(Event{Type: EventExec, Exec: line})
 	}
 }
 
@@ -224,7 +227,10 @@ func verifyEvent(ev ebpf.Event) verify.Event {
 }
 
 // finishTrace disarms the watch once the run's processes are gone, drains
-// the ring and judges the trace against the render.
+// the ring, ends trace.jsonl with the stats line and judges the trace
+// against the render. It judges what the record holds (ReadTrace), not what
+// it saw in memory, so hookbox verify recomputes exactly this verdict and a
+// record that could not be written whole is never confirmed.
 func (x *execution) finishTrace() {
 	if x.r.Trace.Mode == render.TraceOff {
 		x.result.Trace = verifyResult(verify.Verify(x.r, render.TraceOff, nil, verify.Stats{}, nil, x.result.Slots))
@@ -250,20 +256,27 @@ func (x *execution) finishTrace() {
 	}
 	stats, err := t.watch.Stop()
 	t.consumed.Wait()
-	lost := stats.Lost + stats.Missed + stats.Unaccounted + stats.DecodeErrors + stats.ReadErrors + stats.PendingDropped + stats.KillFailed
+	line := traceStatsLine{Kind: traceStatsKind, Stats: stats, Incomplete: stats.Incomplete()}
 	if err != nil {
-		lost++ // a stop that failed cannot vouch for completeness
+		line.StopError = err.Error()
 	}
-	statsLine, _ := json.Marshal(map[string]any{"kind": "stats", "stats": stats, "incomplete": stats.Incomplete()})
+	if t.unwritten > 0 {
+		line.Unwritten = t.unwritten
+	}
+	statsLine, _ := json.Marshal(line)
 	t.out.Write(append(statsLine, '\n'))
-	t.out.Flush()
-	t.file.Close()
-	t.mu.Lock()
-	events := t.events
-	t.mu.Unlock()
-	v := verify.Verify(x.r, "", events, verify.Stats{Attached: true, AttachedBeforeStart: true, Lost: lost, Truncated: stats.Truncated}, t.ids, x.result.Slots)
+	werr := errors.Join(t.out.Flush(), t.file.Close())
+	events, judged, rerr := readTraceFile(filepath.Join(x.dir, TraceFile))
+	if rerr != nil {
+		// What the record holds cannot be read back: it proves nothing.
+		events, judged = nil, verify.Stats{Attached: true, AttachedBeforeStart: true, Unfinished: true}
+	}
+	v := verify.Verify(x.r, "", events, judged, t.ids, x.result.Slots)
 	x.result.Trace = verifyResult(v)
 	x.result.Trace.Events = len(events)
+	if werr != nil || rerr != nil {
+		x.result.Trace.Detail = "the trace record could not be written whole: " + errors.Join(werr, rerr).Error()
+	}
 }
 
 // shortReason keeps a reason id readable: the first line of the error.
@@ -297,19 +310,27 @@ func Reverify(recordDir string) (verify.Verdict, error) {
 	if err := readJSON(filepath.Join(recordDir, ResultFile), &res); err != nil {
 		return verify.Verdict{}, err
 	}
+	return reverify(recordDir, &r, &res)
+}
+
+func reverify(recordDir string, r *render.Render, res *Result) (verify.Verdict, error) {
 	if r.Trace.Mode == render.TraceOff {
-		return verify.Verify(&r, render.TraceOff, nil, verify.Stats{}, nil, res.Slots), nil
+		return verify.Verify(r, render.TraceOff, nil, verify.Stats{}, nil, res.Slots), nil
 	}
-	data, err := os.ReadFile(filepath.Join(recordDir, TraceFile))
+	events, stats, err := readTraceFile(filepath.Join(recordDir, TraceFile))
 	if errors.Is(err, os.ErrNotExist) {
 		// Never armed: the recorded reasons say why.
 		reason := "not armed"
 		for _, rs := range res.Trace.Reasons {
-			if strings.HasPrefix(rs, "tracer-unavailable:") {
-				reason = strings.TrimPrefix(rs, "tracer-unavailable:")
+			if rs == ReasonTracerNotRun {
+				// The run ended before its tracer was even started.
+				return verify.Verdict{Status: verify.StatusUnchecked, Reasons: []string{ReasonTracerNotRun}}, nil
+			}
+			if strings.HasPrefix(rs, verify.ReasonTracerUnavailable+":") {
+				reason = strings.TrimPrefix(rs, verify.ReasonTracerUnavailable+":")
 			}
 		}
-		return verify.Verify(&r, "", nil, verify.Stats{Reason: reason}, nil, res.Slots), nil
+		return verify.Verify(r, "", nil, verify.Stats{Reason: reason}, nil, res.Slots), nil
 	}
 	if err != nil {
 		return verify.Verdict{}, err
@@ -318,40 +339,106 @@ func Reverify(recordDir string) (verify.Verdict, error) {
 	if err := readJSON(filepath.Join(recordDir, IdentitiesFile), &ids); err != nil {
 		return verify.Verdict{}, err
 	}
-	var events []verify.Event
+	return verify.Verify(r, "", events, stats, ids, res.Slots), nil
+}
+
+// traceStatsKind is the kind of trace.jsonl's final line.
+const traceStatsKind = "stats"
+
+// traceStatsLine is trace.jsonl's final line: the watch's accounting.
+type traceStatsLine struct {
+	Kind       string     `json:"kind"`
+	Stats      ebpf.Stats `json:"stats"`
+	Incomplete []string   `json:"incomplete"`
+	// StopError: the watch did not stop cleanly, so it cannot vouch for
+	// completeness.
+	StopError string `json:"stop_error,omitempty"`
+	// Unwritten counts delivered events that could not be encoded.
+	Unwritten int `json:"unwritten,omitempty"`
+}
+
+func readTraceFile(path string) ([]verify.Event, verify.Stats, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, verify.Stats{}, err
+	}
+	return ReadTrace(data)
+}
+
+// ReadTrace parses a trace record (trace.jsonl): one event per line, then
+// the stats line. It returns the events and the evidence the judge needs,
+// checking the record against its own stats line: the number of event
+// lines must be what the tracer delivered, nothing may follow the stats
+// line, and the counters must account for every event the kernel matched.
+// The tracer's events carry no sequence number, so the count is what shows
+// a deleted or added line. A record without its stats line (its writer
+// stopped early; a last line cut short counts as not written) is
+// Stats.Unfinished, a disagreement a Stats.Inconsistent entry: both keep
+// the verdict from confirmed. Only a line that cannot be read at all is an
+// error.
+func ReadTrace(data []byte) ([]verify.Event, verify.Stats, error) {
 	stats := verify.Stats{Attached: true, AttachedBeforeStart: true}
-	sawStats := false
-	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		if line == "" {
-			continue
+	var events []verify.Event
+	var final *traceStatsLine
+	inconsistent := map[string]bool{}
+	lines := strings.Split(string(data), "\n")
+	cut := lines[len(lines)-1] != "" // no newline after the last line
+	if !cut {
+		lines = lines[:len(lines)-1]
+	}
+	for i, line := range lines {
+		var head struct {
+			Kind string `json:"kind"`
 		}
-		var kind struct {
-			Kind  string      `json:"kind"`
-			Stats ebpf.Stats  `json:"stats"`
-			Extra json.Number `json:"lost_extra"`
-		}
-		if err := json.Unmarshal([]byte(line), &kind); err != nil {
-			return verify.Verdict{}, fmt.Errorf("%s line %d: %w", TraceFile, i+1, err)
-		}
-		if kind.Kind == "stats" {
-			s := kind.Stats
-			stats.Lost = s.Lost + s.Missed + s.Unaccounted + s.DecodeErrors + s.ReadErrors + s.PendingDropped + s.KillFailed
-			stats.Truncated = s.Truncated
-			sawStats = true
-			continue
+		err := json.Unmarshal([]byte(line), &head)
+		if err == nil && head.Kind == traceStatsKind {
+			if final != nil {
+				inconsistent["after-stats"] = true
+				continue
+			}
+			var s traceStatsLine
+			if err = json.Unmarshal([]byte(line), &s); err == nil {
+				final = &s
+				continue
+			}
 		}
 		var ev ebpf.Event
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			return verify.Verdict{}, fmt.Errorf("%s line %d: %w", TraceFile, i+1, err)
+		if err == nil {
+			err = json.Unmarshal([]byte(line), &ev)
+		}
+		switch {
+		case err != nil && cut && i == len(lines)-1 && final == nil:
+			// A write cut short: the stats line never came.
+			continue
+		case err != nil:
+			return nil, verify.Stats{}, fmt.Errorf("%s line %d: %w", TraceFile, i+1, err)
+		case final != nil:
+			inconsistent["after-stats"] = true
+			continue
 		}
 		events = append(events, verifyEvent(ev))
 	}
-	if !sawStats {
-		// The run did not finish its trace (killed hookbox): what is there
-		// cannot vouch for completeness.
-		stats.Lost++
+	if final == nil {
+		stats.Unfinished = true
+		return events, stats, nil
 	}
-	return verify.Verify(&r, "", events, stats, ids, res.Slots), nil
+	s := final.Stats
+	stats.Lost = s.Lost + s.Missed + s.Unaccounted + s.DecodeErrors + s.ReadErrors + s.PendingDropped + s.KillFailed + uint64(final.Unwritten)
+	if final.StopError != "" {
+		stats.Lost++ // a stop that failed cannot vouch for completeness
+	}
+	stats.Truncated = s.Truncated
+	if uint64(len(events)+final.Unwritten) != s.Delivered {
+		inconsistent["count"] = true
+	}
+	if s.Delivered+s.Lost+s.DecodeErrors+s.Unaccounted < s.Matched {
+		inconsistent["stats"] = true
+	}
+	for what := range inconsistent {
+		stats.Inconsistent = append(stats.Inconsistent, what)
+	}
+	slices.Sort(stats.Inconsistent)
+	return events, stats, nil
 }
 
 func readJSON(path string, v any) error {

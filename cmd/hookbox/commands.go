@@ -44,7 +44,7 @@ func newRootCommand() *cobra.Command {
 	pf.StringVar(&h.cacheDir, "cache-dir", "", "runfiles store (default --state-dir if given, else /var/cache/hookbox as root, else $XDG_CACHE_HOME/hookbox)")
 	pf.StringVar(&h.address, "address", "", "containerd socket (default $HOOKBOX_CONTAINERD_ADDRESS, then /run/containerd/containerd.sock, else a managed containerd)")
 	root.AddCommand(newRenderCommand(h), newRootlessCommand(), newTracerCommand(), newEgressCommand(), newRunCommand(h), newVerifyCommand(h), newGCCommand(h), newPsCommand(h), newLogsCommand(h),
-		newDoctorCommand(h), newDaemonCommand(h), newSchemaCommand(), newImageCommand(h), newVersionCommand())
+		newDoctorCommand(h), newDaemonCommand(h), newSchemaCommand(), newImageCommand(h), newKeyCommand(), newVersionCommand())
 	return root
 }
 

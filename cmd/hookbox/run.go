@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"hookbox.dev/hookbox/attest"
 	"hookbox.dev/hookbox/compiler"
 	"hookbox.dev/hookbox/internal/config"
 	"hookbox.dev/hookbox/internal/config/notifyconf"
@@ -47,7 +48,8 @@ func (e exitError) Error() string { return e.msg }
 
 func newRunCommand(h *hostFlags) *cobra.Command {
 	var spawn string
-	var jsonOut, requireTrace, noNotify, rootlessFlag bool
+	var jsonOut, requireTrace, noNotify, rootlessFlag, requireSignature bool
+	var signingKey string
 	var grace, notifyTimeout time.Duration
 	var notifyArgv string
 	var traceRingSize int
@@ -68,7 +70,13 @@ spec's notify block, else the notify block of the global config file
 terminal envelope as JSON on stdin and as the argv element {payload}
 ({result_path} and {run_id} too). Its outcome is result.json's notify
 section; it never changes the run's status or exit code, and a notify
-configuration error is reported there instead of failing the run.`,
+configuration error is reported there instead of failing the run.
+
+Before the notifier, the run writes its attestation (attestation.dsse.json):
+an in-toto statement over the artifacts, render, trace, network record,
+every file of the record and the verdict, signed with this host's key
+(hookbox key generate) or --signing-key; without a key it is unsigned and
+result.json says so (--require-signature refuses to run instead).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			address, stateDir, cacheDir := h.address, h.stateDir, h.cacheDir
@@ -87,6 +95,11 @@ configuration error is reported there instead of failing the run.`,
 			r, err := pickSpawn(renders, spawn, args[0])
 			if err != nil {
 				return err
+			}
+			// A key that cannot be used fails the run before anything starts.
+			signer, unsigned, err := runSigner(config.HostEnv(), signingKey, requireSignature)
+			if err != nil {
+				return exitError{exitInfra, err.Error()}
 			}
 			inner, isInner := rootless.Inner()
 			dirs := dirsFrom(stateDir, cacheDir, inner)
@@ -110,7 +123,8 @@ configuration error is reported there instead of failing the run.`,
 				return exitError{exitInfra, err.Error()}
 			}
 			plan := notify.Resolve(notifyconf.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn), global.Notify)
-			return runSpawn(ctx, cmd, r, backend, runFlags{dirs: dirs, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, secrets: global.Secrets})
+			return runSpawn(ctx, cmd, r, backend, runFlags{dirs: dirs, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, secrets: global.Secrets,
+				signer: signer, unsigned: unsigned})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
@@ -124,6 +138,8 @@ configuration error is reported there instead of failing the run.`,
 	cmd.Flags().StringVar(&notifyArgv, "notify", "", `notifier argv for this run, as a JSON list ('["/usr/local/bin/post", "{payload}"]') or a string split as POSIX words without shell features; overrides the spec and global config`)
 	cmd.Flags().DurationVar(&notifyTimeout, "notify-timeout", 0, "deadline of the --notify notifier (default 30s)")
 	cmd.Flags().BoolVar(&noNotify, "no-notify", false, "run no notifier for this run, whatever the spec or global config says")
+	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign the attestation with this ed25519 private key (PKCS#8 PEM, mode 0600) instead of the host's (hookbox key generate)")
+	cmd.Flags().BoolVar(&requireSignature, "require-signature", false, "refuse to run when there is no key to sign the attestation with")
 	return cmd
 }
 
@@ -134,6 +150,8 @@ type runFlags struct {
 	requireTrace bool
 	notify       notify.Plan
 	secrets      secretsconf.Lookup
+	signer       *attest.Signer // nil: the attestation is unsigned, for the reason in unsigned
+	unsigned     string
 }
 
 func pickSpawn(renders []*render.Render, name, file string) (*render.Render, error) {
@@ -161,7 +179,7 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 	}
 	defer backend.Close()
 	opts := launcher.Options{Backend: backend, StateDir: f.dirs.state, CacheDir: f.dirs.cache, Grace: f.grace, Version: version,
-		RequireTrace: f.requireTrace, Notify: f.notify, SecretLookup: f.secrets}
+		RequireTrace: f.requireTrace, Notify: f.notify, SecretLookup: f.secrets, Signer: f.signer, Unsigned: f.unsigned}
 	if f.notify.Warning != "" && !f.json {
 		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
 	}
@@ -255,6 +273,16 @@ func printSummary(w io.Writer, res *launcher.Result) {
 	}
 	for _, d := range res.Trace.Diffs {
 		fmt.Fprintf(w, "hookbox:   diff   %s %s[%d]: want %q got %q (pid %d)\n", d.Rule, d.Field, d.Index, d.Want, d.Got, d.EventPID)
+	}
+	if a := res.Attestation; a != nil {
+		switch {
+		case a.Error != "":
+			fmt.Fprintf(w, "hookbox: attest   none: %s\n", a.Error)
+		case a.Signed:
+			fmt.Fprintf(w, "hookbox: attest   %s signed by %s\n", a.File, a.KeyID)
+		default:
+			fmt.Fprintf(w, "hookbox: attest   %s unsigned: %s\n", a.File, a.Unsigned)
+		}
 	}
 	fmt.Fprintf(w, "hookbox: record   %s\n", res.RecordDir)
 }

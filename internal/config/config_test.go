@@ -236,6 +236,31 @@ func TestDirs(t *testing.T) {
 	}
 }
 
+func TestKeyDir(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		root bool
+		vars map[string]string
+		want string
+		err  bool
+	}{
+		{name: "root", root: true, vars: map[string]string{"HOME": "/root", "XDG_CONFIG_HOME": "/x"}, want: "/etc/hookbox"},
+		{name: "user", vars: map[string]string{"HOME": "/home/u"}, want: "/home/u/.config/hookbox"},
+		{name: "user with XDG", vars: map[string]string{"HOME": "/home/u", "XDG_CONFIG_HOME": "/cfg"}, want: "/cfg/hookbox"},
+		{name: "relative XDG ignored", vars: map[string]string{"HOME": "/home/u", "XDG_CONFIG_HOME": "cfg"}, want: "/home/u/.config/hookbox"},
+		{name: "override", root: true, vars: map[string]string{EnvKeyDir: "/keys/"}, want: "/keys"},
+		{name: "relative override", vars: map[string]string{EnvKeyDir: "keys"}, err: true},
+		{name: "no home"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Env{Getenv: func(k string) string { return tc.vars[k] }, Root: tc.root}.KeyDir()
+			if got != tc.want || (err != nil) != tc.err {
+				t.Errorf("KeyDir() = %q, %v; want %q (error %v)", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
+
 // FuzzParse checks that no input panics the loader, that a refusal is total,
 // and that no error or refusal repeats the sentinel planted in the seeds.
 func FuzzParse(f *testing.F) {

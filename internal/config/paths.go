@@ -16,6 +16,10 @@ const SystemFile = "/etc/hookbox/config.yaml"
 // (tests, packaging).
 const EnvFile = "HOOKBOX_CONFIG"
 
+// EnvKeyDir names the directory of the host's attestation key pair instead
+// of KeyDir's default (tests, packaging).
+const EnvKeyDir = "HOOKBOX_KEY_DIR"
+
 // Root's directories.
 const (
 	rootStateDir = "/var/lib/hookbox"
@@ -74,6 +78,29 @@ func (e Env) dir(root, xdg, underHome string) string {
 		return filepath.Join(h, underHome, "hookbox")
 	}
 	return ""
+}
+
+// KeyDir is where this host's attestation key pair lives (package attest):
+// $HOOKBOX_KEY_DIR if set (it must be absolute); else, beside the config
+// files, /etc/hookbox for root, $XDG_CONFIG_HOME/hookbox or
+// ~/.config/hookbox for a user; "" when no home directory is known.
+func (e Env) KeyDir() (string, error) {
+	if d := e.Getenv(EnvKeyDir); d != "" {
+		if !filepath.IsAbs(d) {
+			return "", fmt.Errorf("%w: $%s must be an absolute path", ErrNoFile, EnvKeyDir)
+		}
+		return filepath.Clean(d), nil
+	}
+	if e.Root {
+		return filepath.Dir(SystemFile), nil
+	}
+	if x := e.Getenv("XDG_CONFIG_HOME"); filepath.IsAbs(x) {
+		return filepath.Join(x, "hookbox"), nil
+	}
+	if h := e.Getenv("HOME"); filepath.IsAbs(h) {
+		return filepath.Join(h, ".config", "hookbox"), nil
+	}
+	return "", nil
 }
 
 // Files returns the config files to read, lowest precedence first. With

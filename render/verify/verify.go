@@ -22,8 +22,10 @@
 //     lost events and an unplanned exec is a mismatch, not unchecked.
 //   - unchecked: no contradiction but at least one gap.
 //   - confirmed: neither. This needs positive evidence for every rule: the
-//     tracer attached before Start, zero lost events, no truncated argv
-//     anywhere, the engine first with exact argv and known, equal identity,
+//     tracer attached before Start, zero lost events, a trace record that
+//     agrees with its own final stats line (Stats.Unfinished and
+//     Stats.Inconsistent: the gaps trace-incomplete and
+//     trace-inconsistent:<what>), no truncated argv anywhere, the engine first with exact argv and known, equal identity,
 //     every required hook seen, every other exec accounted for.
 //
 // Reasons lists every finding, contradictions and gaps alike, sorted and
@@ -221,6 +223,12 @@ const (
 	// values for them were not given (a record from before hookbox filled
 	// and recorded them), so a slot element cannot be checked.
 	ReasonSlotValuesUnknown = "slot-values-unknown"
+	// ReasonTraceIncomplete: the trace record has no final stats line (its
+	// writer stopped early), so nothing vouches for its completeness.
+	ReasonTraceIncomplete = "trace-incomplete"
+	// ReasonTraceInconsistent: the trace record disagrees with its own
+	// stats line; written "trace-inconsistent:<Stats.Inconsistent entry>".
+	ReasonTraceInconsistent = "trace-inconsistent"
 )
 
 // Reasons that are contradictions: they make a verdict mismatch.
@@ -296,6 +304,15 @@ type Stats struct {
 	Lost                uint64 `json:"lost"`
 	Truncated           uint64 `json:"truncated"` // argvs cut by the tracer's cap
 	Reason              string `json:"reason,omitempty"`
+	// Unfinished: the events come from a trace record without its final
+	// stats line (the gap trace-incomplete): Lost and Truncated are then
+	// unknown, not zero.
+	Unfinished bool `json:"unfinished,omitempty"`
+	// Inconsistent lists how the trace record disagrees with its own stats
+	// line ("count": event lines other than delivered; "after-stats": lines
+	// after it; "stats": counters that account for fewer events than the
+	// kernel matched), each the gap trace-inconsistent:<entry>.
+	Inconsistent []string `json:"inconsistent,omitempty"`
 }
 
 // FileID identifies a file: device and inode. An Ino of 0 means unknown.
@@ -650,6 +667,12 @@ func (j *judge) evidence(s Stats) {
 	if s.Lost > 0 {
 		j.gap(ReasonEventsLost)
 	}
+	if s.Unfinished {
+		j.gap(ReasonTraceIncomplete)
+	}
+	for _, what := range s.Inconsistent {
+		j.gap(ReasonTraceInconsistent + ":" + what)
+	}
 	truncated := s.Truncated > 0
 	for i := range j.events {
 		e := &j.events[i]
@@ -664,7 +687,7 @@ func (j *judge) evidence(s Stats) {
 	if j.unknownKinds {
 		j.gap(ReasonEventKindUnknown)
 	}
-	j.complete = s.Attached && s.AttachedBeforeStart && s.Lost == 0 && !j.unknownKinds
+	j.complete = s.Attached && s.AttachedBeforeStart && s.Lost == 0 && !j.unknownKinds && !s.Unfinished && len(s.Inconsistent) == 0
 }
 
 // hasExec reports whether any event is a successful exec.

@@ -402,6 +402,23 @@ func TestVerify(t *testing.T) {
 			want: verdictWant{status: StatusUnchecked, reasons: []string{ReasonEventsLost},
 				matched: map[string]int{"engine": 1, "engine-self-exec:rg": 1}},
 		},
+		"trace record without its stats line": {
+			stats: &Stats{Attached: true, AttachedBeforeStart: true, Unfinished: true}, events: happy,
+			want: verdictWant{status: StatusUnchecked, reasons: []string{ReasonTraceIncomplete}},
+		},
+		"trace record without its stats line: a missing required hook is not proof": {
+			stats: &Stats{Attached: true, AttachedBeforeStart: true, Unfinished: true}, events: trace(claudeEngine()),
+			want: verdictWant{status: StatusUnchecked, reasons: []string{ReasonTraceIncomplete}, noDiffs: true},
+		},
+		"trace record that disagrees with its stats line": {
+			stats: &Stats{Attached: true, AttachedBeforeStart: true, Inconsistent: []string{"count", "after-stats"}}, events: happy,
+			want: verdictWant{status: StatusUnchecked, reasons: []string{"trace-inconsistent:after-stats", "trace-inconsistent:count"}},
+		},
+		"an inconsistent trace still shows what ran": {
+			stats:  &Stats{Attached: true, AttachedBeforeStart: true, Inconsistent: []string{"count"}},
+			events: trace(claudeEngine(), auditHook(2), ev(3, 1, "/usr/bin/curl", FileID{}, "curl")),
+			want:   verdictWant{status: StatusMismatch, reasons: []string{"trace-inconsistent:count", ReasonUnexpectedExec}},
+		},
 		"truncation counted by the tracer": {
 			stats: &Stats{Attached: true, AttachedBeforeStart: true, Truncated: 1}, events: happy,
 			want: verdictWant{status: StatusUnchecked, reasons: []string{ReasonArgvTruncated}},
