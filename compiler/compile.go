@@ -367,5 +367,6 @@ func (c *compilation) finish() {
 	// engine gets the signals of a timeout (cmd/hookbox-init).
 	c.r.Process.Argv = append([]string{render.InitPath}, c.r.Process.Argv...)
 	c.r.Init = &render.Exec{Path: render.InitPath, Argv: slices.Clone(c.r.Process.Argv)}
+	c.r.BaseDir = c.p.baseDir // every relative path is resolved by now
 	c.r.SortLists()
 }

@@ -164,3 +164,40 @@ func TestDigestIgnoresPresentation(t *testing.T) {
 		t.Error("JSON and YAML forms of one spec give different digests")
 	}
 }
+
+// TestBaseDir: the render's base dir is the spec's directory, moved up as
+// far as the relative paths the render keeps reach.
+func TestBaseDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo", "specs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "..", "prompt.md"), []byte("p"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	repo := filepath.Dir(dir)
+	cases := []struct{ name, spec, want string }{
+		{"absolute paths only", "  engine: {kind: exec, path: /bin/true}\n  workspace: /src/ws\n", ""},
+		{"a relative workspace", "  engine: {kind: exec, path: /bin/true}\n  workspace: ./ws\n", dir},
+		{"an engine one level up", "  engine: {kind: exec, path: ../bin/e}\n  workspace: .\n", repo},
+		{"a tool up and down again", "  engine: {kind: exec, path: /bin/true}\n  workspace: /src/ws\n  tools: [../specs/t]\n", dir},
+		{"a hook in a sibling directory", "  engine: {kind: claude, path: /opt/claude}\n  prompt: p\n  workspace: /src/ws\n  hooks: [{name: h, event: Stop, argv: [../hooks/h]}]\n", repo},
+		{"a prompt file is not kept", "  engine: {kind: claude, path: /opt/claude}\n  workspace: /src/ws\n  promptFile: ../prompt.md\n", ""},
+		{"up to the root", "  engine: {kind: exec, path: /bin/true}\n  workspace: " + strings.Repeat("../", strings.Count(dir, "/")) + "src\n", "/"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, "spawn.yaml")
+			if err := os.WriteFile(file, []byte("apiVersion: hookbox.dev/v1alpha1\nkind: Spawn\nmetadata: {name: b}\nspec:\n"+tc.spec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			renders, err := CompileFileWithParams(file, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := renders[0].BaseDir; got != tc.want {
+				t.Errorf("base dir %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

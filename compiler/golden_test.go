@@ -138,9 +138,17 @@ spec:
 		}
 		write(root)
 	}
-	ra := canonicalOf(t, renderFile(t, filepath.Join(a, "spawn.yaml"))[0])
-	rb := canonicalOf(t, renderFile(t, filepath.Join(b, "spawn.yaml"))[0])
+	renderA, renderB := renderFile(t, filepath.Join(a, "spawn.yaml"))[0], renderFile(t, filepath.Join(b, "spawn.yaml"))[0]
+	ra, rb := canonicalOf(t, renderA), canonicalOf(t, renderB)
 	if !bytes.Equal(bytes.ReplaceAll(ra, []byte(a), []byte("$ROOT")), bytes.ReplaceAll(rb, []byte(b), []byte("$ROOT"))) {
 		t.Fatalf("render depends on more than the spec's location:\n%s\n%s", ra, rb)
+	}
+	// The plan digest needs no substitution: it is the location's own.
+	pa, _, err := renderA.PlanDigest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pb, _, _ := renderB.PlanDigest(); pa != pb {
+		t.Errorf("the plan digest depends on the spec's location: %s in %s, %s in %s", pa, a, pb, b)
 	}
 }

@@ -19,10 +19,13 @@ import (
 // the position of every field so that later checks (engine rules) can report
 // file:line:col too.
 type Parsed struct {
-	Spawn  Spawn
-	File   string // the spec file as named by the user
-	Dir    string // absolute directory relative paths resolve against
-	Prompt string // prompt text (from prompt or promptFile)
+	Spawn Spawn
+	File  string // the spec file as named by the user
+	Dir   string // absolute directory relative paths resolve against
+	// baseDir is Dir, moved up as far as the spec's relative paths reach
+	// ("" while none was resolved): the render's BaseDir.
+	baseDir string
+	Prompt  string // prompt text (from prompt or promptFile)
 	// HasPrompt distinguishes an empty prompt from none.
 	HasPrompt bool
 

@@ -36,12 +36,33 @@ func (p *Parsed) has(field string) bool {
 	return ok
 }
 
-// hostPath resolves a spec path against the spec file's directory.
-func (p *Parsed) hostPath(name string) string {
+// resolvePath resolves a spec path against the spec file's directory.
+func (p *Parsed) resolvePath(name string) string {
 	if filepath.IsAbs(name) {
 		return filepath.Clean(name)
 	}
 	return filepath.Join(p.Dir, name)
+}
+
+// hostPath resolves a spec path that the render keeps (a program, a
+// directory). A relative one moves baseDir up far enough to hold it.
+func (p *Parsed) hostPath(name string) string {
+	resolved := p.resolvePath(name)
+	if !filepath.IsAbs(name) && filepath.IsAbs(p.Dir) {
+		if p.baseDir == "" {
+			p.baseDir = filepath.Clean(p.Dir)
+		}
+		p.baseDir = commonDir(p.baseDir, resolved)
+	}
+	return resolved
+}
+
+// commonDir is the deepest directory holding both clean absolute paths.
+func commonDir(a, b string) string {
+	for !render.Within(b, a) {
+		a = filepath.Dir(a)
+	}
+	return a
 }
 
 // validate checks everything that can be checked without the engine's
@@ -171,7 +192,7 @@ func (p *Parsed) validatePrompt(diags *diagnostics, readFile func(string) ([]byt
 	case s.Prompt != nil:
 		p.Prompt, p.HasPrompt = *s.Prompt, true
 	case s.PromptFile != "":
-		s.PromptFile = p.hostPath(s.PromptFile)
+		s.PromptFile = p.resolvePath(s.PromptFile) // read here; the render has its text, not its path
 		data, err := readFile(s.PromptFile)
 		if err != nil {
 			p.errf(diags, "spec.promptFile", "check the path; it is relative to the spec file", "cannot read prompt file: %v", err)

@@ -71,7 +71,7 @@ func TestNewEgressPrecedence(t *testing.T) {
 
 func TestTextShowsEgress(t *testing.T) {
 	r := sampleRender()
-	if text := r.Text("sha256:x"); !strings.Contains(text, "\n  network  none\n") {
+	if text := r.Text(Digests{Plan: "sha256:x"}); !strings.Contains(text, "\n  network  none\n") {
 		t.Errorf("none:\n%s", text)
 	}
 	r.Network = NetworkAllowlist
@@ -79,7 +79,7 @@ func TestTextShowsEgress(t *testing.T) {
 		{Host: "api.anthropic.com", Port: 443, Kind: DestName, Source: SourceModelAPI},
 		{Host: "fd00::1", Port: 8443, Kind: DestIP, Source: SourceSpec},
 	})
-	text := r.Text("sha256:x")
+	text := r.Text(Digests{Plan: "sha256:x"})
 	for _, want := range []string{
 		"\n  network  allowlist  through the proxy at 127.0.0.1:3128, to\n",
 		"\n    api.anthropic.com:443                    name     model-api\n",

@@ -4,8 +4,10 @@
 // A Render holds no secret values and no host state beyond the host paths the
 // spec declared: secrets and allow-listed host variables are references that
 // the launcher resolves at launch. Its canonical JSON (sorted keys, no
-// insignificant whitespace) is hashed with sha256 to name it, so the same
-// spec gives the same digest on any machine.
+// insignificant whitespace) is hashed with sha256 to name it (Digest; with
+// the runfiles manifest, the content digest); the plan digest
+// (PlanDigest) leaves out the manifest and the checkout's location, so the
+// same spec gives the same plan digest on any machine.
 //
 // render judges; it never runs anything.
 package render
@@ -79,6 +81,12 @@ type Render struct {
 	// the runfiles stage (empty in a plan-only render). A changed engine
 	// binary changes it, and so the render digest.
 	Runfiles []Runfile `json:"runfiles,omitempty"`
+	// BaseDir is the host directory the spec's relative paths were written
+	// against (the spec file's directory), moved up as far as their ".."
+	// reach; "" when the spec wrote none. The plan digest writes every
+	// path under it relative to it (PlanDigest), so it does not depend on
+	// where the checkout lives.
+	BaseDir string `json:"base_dir,omitempty"`
 }
 
 // Runfile types.

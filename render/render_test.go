@@ -45,9 +45,9 @@ func TestDigestIsSha256OfCanonicalBytes(t *testing.T) {
 }
 
 func TestTextView(t *testing.T) {
-	text := sampleRender().Text("sha256:abc")
+	text := sampleRender().Text(Digests{Plan: "sha256:abc", Content: "sha256:def"})
 	for _, want := range []string{
-		"spawn s", "digest   sha256:abc", "exec     /bin/x 'a b'", "TOKEN  <secret, resolved at launch>",
+		"spawn s", "plan digest     sha256:abc", "content digest  sha256:def", "exec     /bin/x 'a b'", "TOKEN  <secret, resolved at launch>",
 		"LANG  <copied from the host at launch>", "HOME=/run/hookbox/home", "timeout 90s", "memory 3Gi", "tmpfs 1Mi",
 	} {
 		if !strings.Contains(text, want) {

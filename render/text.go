@@ -8,13 +8,21 @@ import (
 	"hookbox.dev/hookbox/internal/shellwords"
 )
 
-// Text is a human view of the render. It is for reading, not parsing: use
-// the canonical JSON for machines.
-func (r *Render) Text(digest string) string {
+// Text is a human view of the render with its digests. It is for reading,
+// not parsing: use the canonical JSON for machines.
+func (r *Render) Text(d Digests) string {
 	var b strings.Builder
 	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	line("spawn %s", r.Spawn)
-	line("  digest   %s", digest)
+	line("  plan digest     %s", d.Plan)
+	if d.Content != "" {
+		line("  content digest  %s", d.Content)
+	} else {
+		line("  content digest  not computed: the runfiles are not assembled (--runfiles)")
+	}
+	if r.BaseDir != "" {
+		line("  base dir %s (paths under it are relative in the plan digest)", r.BaseDir)
+	}
 	engine := r.Engine.Kind
 	if r.Engine.Model != "" {
 		engine += "  model " + r.Engine.Model

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -59,7 +60,10 @@ func newRenderCommand(h *hostFlags) *cobra.Command {
 		Long: `Compile a spawn spec (YAML or JSON) and print the render: the exact plan of
 each spawn. --format json prints canonical JSON (a SpawnList prints a JSON
 array); the sha256 of one render's canonical bytes is its digest.
---format text prints a view for humans, digest included. --format oci prints
+--format text prints a view for humans with the digests to pin (hookbox run
+--expect-digest): the plan digest, the same from any checkout of the spec,
+and, with --runfiles, the content digest, which adds every program's bytes.
+--format digests prints them as one JSON object per spawn. --format oci prints
 the OCI runtime spec a run would get (run id "plan", values resolved at
 launch shown as placeholders). --runfiles assembles every program's runfiles
 (closure, content-addressed store) and puts the manifest in the render, as
@@ -70,8 +74,8 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stateDir, cacheDir := h.stateDir, h.cacheDir
-			if format != "json" && format != "text" && format != "oci" && format != "k8s" {
-				return usageError{fmt.Errorf("--format %q: use json, text, oci or k8s", format)}
+			if !slices.Contains(renderFormats, format) {
+				return usageError{fmt.Errorf("--format %q: use %s", format, strings.Join(renderFormats, ", "))}
 			}
 			if format != "k8s" {
 				if err := refuseK8sFlags(cmd.Flags(), format); err != nil {
@@ -110,13 +114,22 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "json", "output format: json, text, oci or k8s")
+	cmd.Flags().StringVar(&format, "format", "json", "output format: "+strings.Join(renderFormats, ", "))
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "NAME=VALUE: fill the spec's template slot NAME (repeatable)")
 	kube.register(cmd.Flags())
 	cmd.Flags().StringVar(&spawn, "spawn", "", "print only the spawn with this name")
 	cmd.RegisterFlagCompletionFunc("spawn", completeSpawnNames)
 	cmd.Flags().BoolVar(&withRunfiles, "runfiles", false, "assemble the runfiles and include their manifest")
 	return cmd
+}
+
+// renderFormats are the documents hookbox render prints.
+var renderFormats = []string{"json", "text", "digests", "oci", "k8s"}
+
+// spawnDigests is one line of render --format digests.
+type spawnDigests struct {
+	Spawn string `json:"spawn"`
+	render.Digests
 }
 
 func selectSpawn(renders []*render.Render, name string) []*render.Render {
@@ -129,14 +142,24 @@ func selectSpawn(renders []*render.Render, name string) []*render.Render {
 }
 
 // writeRenders prints one render as its canonical JSON, several as a JSON
-// array of canonical renders, or text sections.
+// array of canonical renders, text sections, or their digests.
 func writeRenders(w io.Writer, renders []*render.Render, format, stateDir string) error {
 	for i, r := range renders {
-		digest, canonical, err := r.Digest()
+		canonical, err := r.Canonical()
+		if err != nil {
+			return err
+		}
+		digests, err := r.Digests()
 		if err != nil {
 			return err
 		}
 		switch {
+		case format == "digests":
+			data, err := json.Marshal(spawnDigests{Spawn: r.Spawn, Digests: digests})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "%s\n", data)
 		case format == "oci":
 			c, err := plan.Preview(context.Background(), r, launcher.RunsDir(stateDir))
 			if err != nil {
@@ -154,7 +177,7 @@ func writeRenders(w io.Writer, renders []*render.Render, format, stateDir string
 			if i > 0 {
 				fmt.Fprintln(w)
 			}
-			fmt.Fprint(w, r.Text(digest))
+			fmt.Fprint(w, r.Text(digests))
 		case len(renders) == 1:
 			fmt.Fprintf(w, "%s\n", canonical)
 		default:

@@ -206,13 +206,11 @@ func TestRenderRunfilesDigest(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
-		for _, line := range strings.Split(stdout, "\n") {
-			if d, ok := strings.CutPrefix(strings.TrimSpace(line), "digest"); ok {
-				return strings.TrimSpace(d)
-			}
+		digests := textDigests(t, stdout, "content digest")
+		if len(digests) != 1 {
+			t.Fatalf("one content digest expected in:\n%s", stdout)
 		}
-		t.Fatalf("no digest in:\n%s", stdout)
-		return ""
+		return digests[0]
 	}
 	code, stdout, _ := runCLI(t, "render", "--runfiles", "--state-dir", state, spec)
 	if code != 0 || !strings.Contains(stdout, `"path":"`+engine+`"`) || !strings.Contains(stdout, `"sha256":"`) {

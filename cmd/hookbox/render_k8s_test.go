@@ -45,7 +45,7 @@ func TestRenderK8s(t *testing.T) {
 		"malformed --set":                 {[]string{"--set", "pr", "../../examples/pipeline.yaml"}, "write NAME=VALUE"},
 		"image not pinned":                {[]string{"--runfiles-image", "runfiles:latest", "../../examples/review.yaml"}, "pinned by digest"},
 		"bad secret name":                 {[]string{"--secret-name", "Bad_Name", "../../examples/review.yaml"}, "--secret-name"},
-		"unknown format":                  {[]string{"--format", "helm", "../../examples/review.yaml"}, "use json, text, oci or k8s"},
+		"unknown format":                  {[]string{"--format", "helm", "../../examples/review.yaml"}, "use json, text, digests, oci, k8s"},
 		"allowlist without --proxy-image": {[]string{"../../examples/egress.yaml"}, "give --proxy-image"},
 		"proxy image not pinned":          {[]string{"--proxy-image", "hookbox:latest", "../../examples/egress.yaml"}, "--proxy-image"},
 	} {

@@ -52,8 +52,13 @@ const (
 	LabelSpawn     = "hookbox.dev/spawn"
 	// LabelRender holds the first 12 hex digits of the render digest.
 	LabelRender = "hookbox.dev/render"
-	// AnnotationRenderSHA256 holds the full render digest, lowercase hex.
+	// AnnotationRenderSHA256 holds the full render digest, lowercase hex
+	// (with the runfiles manifest, when the render has one: the content
+	// digest).
 	AnnotationRenderSHA256 = "hookbox.dev/render-sha256"
+	// AnnotationPlanSHA256 holds the render's plan digest, lowercase hex:
+	// the digest hookbox run --expect-digest accepts from any checkout.
+	AnnotationPlanSHA256 = "hookbox.dev/plan-sha256"
 	// AnnotationRunfilesSHA256 holds the runfiles manifest digest (the
 	// name of its tree in the runfiles store), when the render has one.
 	AnnotationRunfilesSHA256 = "hookbox.dev/runfiles-sha256"
@@ -255,8 +260,13 @@ func Build(r *render.Render, opts Options) (*Objects, error) {
 		LabelSpawn:     r.Spawn,
 		LabelRender:    hex[:12],
 	}
+	planDigest, _, err := r.PlanDigest()
+	if err != nil {
+		return nil, err
+	}
 	annotations := map[string]string{
 		AnnotationRenderSHA256: hex,
+		AnnotationPlanSHA256:   strings.TrimPrefix(planDigest, "sha256:"),
 		AnnotationVersion:      opts.Version,
 	}
 	if len(r.Runfiles) > 0 {

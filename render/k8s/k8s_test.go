@@ -110,9 +110,16 @@ func TestEveryExampleDecodesStrictlyWithTheRendersArgv(t *testing.T) {
 				t.Errorf("%s/%s: argv\n got %q\nwant %q", tc.example, r.Spawn, got, r.Process.Argv)
 			}
 			hex := strings.TrimPrefix(digest, "sha256:")
+			plan, _, err := r.PlanDigest()
+			if err != nil {
+				t.Fatal(err)
+			}
 			for what, ann := range map[string]map[string]string{"job": job.Annotations, "pod": job.Spec.Template.Annotations, "configmap": cm.Annotations} {
 				if ann[AnnotationRenderSHA256] != hex {
 					t.Errorf("%s/%s: %s annotation %s = %q, want %s", tc.example, r.Spawn, what, AnnotationRenderSHA256, ann[AnnotationRenderSHA256], hex)
+				}
+				if want := strings.TrimPrefix(plan, "sha256:"); ann[AnnotationPlanSHA256] != want {
+					t.Errorf("%s/%s: %s annotation %s = %q, want %s", tc.example, r.Spawn, what, AnnotationPlanSHA256, ann[AnnotationPlanSHA256], want)
 				}
 			}
 			if cm.Data[RenderKey] != string(canonical) {
