@@ -78,9 +78,12 @@ type Run struct {
 	EndedAt   time.Time `json:"ended_at"`
 }
 
-// Render is the render the run executed.
+// Render is the render the run executed: Digest names render.json (the
+// content digest), PlanDigest its plan (docs/architecture.md "Digests";
+// absent in statements from before it existed).
 type Render struct {
-	Digest string `json:"digest"`
+	Digest     string `json:"digest"`
+	PlanDigest string `json:"plan_digest,omitempty"`
 }
 
 // Engine is the engine program: its kind and version as the render has

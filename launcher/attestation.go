@@ -105,6 +105,10 @@ func predicateOf(dir string, r *render.Render, res *Result, version string) (att
 	if err != nil {
 		return p, nil, err
 	}
+	planDigest, _, err := r.PlanDigest()
+	if err != nil {
+		return p, nil, err
+	}
 	resultDigest, err := resultDigest(filepath.Join(dir, ResultFile))
 	if err != nil {
 		return p, nil, err
@@ -113,7 +117,7 @@ func predicateOf(dir string, r *render.Render, res *Result, version string) (att
 		Hookbox: attest.Tool{Version: version},
 		Run: attest.Run{ID: res.RunID, Spawn: res.Spawn, Status: string(res.Status), ExitCode: res.ExitCode,
 			Reasons: res.Reasons, StartedAt: res.StartedAt, EndedAt: res.EndedAt},
-		Render:  attest.Render{Digest: renderDigest},
+		Render:  attest.Render{Digest: renderDigest, PlanDigest: planDigest},
 		Engine:  engineIdentity(r),
 		Trace:   attest.Trace{Mode: string(r.Trace.Mode), Events: res.Trace.Events},
 		Network: attest.Network{Mode: r.Network},
@@ -315,6 +319,17 @@ func CheckRecord(ctx context.Context, dir string, opts CheckOptions) (*RecordChe
 		}
 	}
 
+	// result.json's other names of the render (absent in older records).
+	if d, err := r.Digests(); err == nil {
+		for _, n := range []struct{ what, recorded, have string }{
+			{"plan digest", res.PlanDigest, d.Plan}, {"content digest", res.ContentDigest, d.Content},
+		} {
+			if n.recorded != "" && n.recorded != n.have {
+				problem(ProblemFileChanged, RenderFile, "the render's %s is %s; result.json names %s", n.what, orNone(n.have), n.recorded)
+			}
+		}
+	}
+
 	v, err := reverify(dir, &r, &res)
 	if err != nil {
 		problem(ProblemRecordUnreadable, TraceFile, "%v", err)
@@ -387,6 +402,9 @@ func checkAttestation(ctx context.Context, dir string, r *render.Render, res *Re
 	differs(ResultFile, "result.json (without notify)", want.Result.Digest, got.Result.Digest)
 	differs(ResultFile, "the record's file list (record.chain)", want.Record.Chain, got.Record.Chain)
 	differs(RenderFile, "the render digest", want.Render.Digest, got.Render.Digest)
+	if got.Render.PlanDigest != "" { // statements from before plan digests have none
+		differs(RenderFile, "the plan digest", want.Render.PlanDigest, got.Render.PlanDigest)
+	}
 	differs(TraceFile, "the trace record", want.Trace.Digest, got.Trace.Digest)
 	differs(NetworkFile, "the network record", want.Network.Digest, got.Network.Digest)
 	differs(RenderFile, "the engine", fmt.Sprint(want.Engine), fmt.Sprint(got.Engine))

@@ -364,3 +364,39 @@ func problemList(ps []Problem) string {
 	}
 	return b.String()
 }
+
+// TestCheckRecordNamesOfTheRender: result.json's plan and content digests
+// must name render.json; records from before them have neither.
+func TestCheckRecordNamesOfTheRender(t *testing.T) {
+	dir := writeFixtureRecord(t, true)
+	var r render.Render
+	if err := readJSON(filepath.Join(dir, RenderFile), &r); err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.Digests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := readFixtureResult(t, dir)
+	wrong := "sha256:" + strings.Repeat("0", 64)
+	for _, tc := range []struct {
+		name                string
+		plan, content, want string
+	}{
+		{"both right", d.Plan, res.RenderDigest, ""},
+		{"neither recorded", "", "", ""},
+		{"a plan digest of another render", wrong, res.RenderDigest, "plan digest"},
+		{"a content digest of another render", d.Plan, wrong, "content digest"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			editResult(t, dir, func(res *Result) { res.PlanDigest, res.ContentDigest = tc.plan, tc.content })
+			c, _ := CheckRecord(t.Context(), dir, CheckOptions{})
+			found := slices.ContainsFunc(c.Problems, func(p Problem) bool {
+				return p.Reason == ProblemFileChanged && p.Path == RenderFile && strings.Contains(p.Detail, tc.want)
+			})
+			if tc.want == "" && len(c.Problems) != 0 || tc.want != "" && !found {
+				t.Errorf("problems:\n%s", problemList(c.Problems))
+			}
+		})
+	}
+}

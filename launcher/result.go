@@ -54,7 +54,16 @@ type Result struct {
 	SchemaVersion int    `json:"schema_version"`
 	RunID         string `json:"run_id"`
 	Spawn         string `json:"spawn"`
-	RenderDigest  string `json:"render_digest"`
+	// RenderDigest is the sha256 of render.json's canonical bytes, the
+	// render with its runfiles manifest: the content digest. It is empty
+	// when the run ended before its runfiles were assembled.
+	RenderDigest string `json:"render_digest"`
+	// PlanDigest is the render's plan digest and ContentDigest its content
+	// digest, equal to RenderDigest (docs/architecture.md "Digests"):
+	// hookbox run --expect-digest accepts either. Absent in records from
+	// before they existed; ContentDigest also when RenderDigest is empty.
+	PlanDigest    string `json:"plan_digest,omitempty"`
+	ContentDigest string `json:"content_digest,omitempty"`
 	Status        Status `json:"status"`
 	// ExitCode is the engine's exit code; absent when it never exited on
 	// its own (killed, never started).

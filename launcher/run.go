@@ -95,6 +95,10 @@ type Options struct {
 	// unsigned, and Unsigned says why in result.json.
 	Signer   *attest.Signer
 	Unsigned string
+	// Runfiles, when set, are r's runfiles already assembled into the
+	// store (plan.CheckDigest did, to compare the content digest); the run
+	// mounts them instead of assembling again.
+	Runfiles *runfiles.Result
 }
 
 // Run runs r to its end and returns its result. Errors before the run id
@@ -109,6 +113,10 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	}
 	if opts.Sink == nil {
 		opts.Sink = SinkFunc(func(Event) {})
+	}
+	planDigest, _, err := r.PlanDigest()
+	if err != nil {
+		return nil, err
 	}
 	// Values are resolved before anything exists: a missing secret leaves
 	// nothing behind, and they go to the container's environment only.
@@ -130,7 +138,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	x := &execution{
 		opts: opts, env: env, credentials: credentials, r: r, id: id, dir: dir, started: started,
 		ctx: namespaces.WithNamespace(ctx, oci.Namespace),
-		result: &Result{SchemaVersion: ResultSchemaVersion, RunID: id, Spawn: r.Spawn, StartedAt: started.UTC(), RecordDir: dir,
+		result: &Result{SchemaVersion: ResultSchemaVersion, RunID: id, Spawn: r.Spawn, PlanDigest: planDigest, StartedAt: started.UTC(), RecordDir: dir,
 			Trace: TraceResult{Status: verify.StatusUnchecked, Reasons: []string{ReasonTracerNotRun}}},
 	}
 	if collected != nil && len(collected.Actions) > 0 {
@@ -290,16 +298,8 @@ func (x *execution) prepare() error {
 		return err
 	}
 
-	cacheDir := x.opts.CacheDir
-	if cacheDir == "" {
-		cacheDir = x.opts.StateDir
-	}
-	store, err := runfiles.OpenStore(cacheDir)
-	if err != nil {
-		return err
-	}
 	x.progress("runfiles", "%d programs", len(x.r.Programs))
-	assembled, err := plan.Runfiles(x.ctx, store, x.r, nil)
+	assembled, err := x.runfiles()
 	if err != nil {
 		return err
 	}
@@ -310,7 +310,7 @@ func (x *execution) prepare() error {
 	if err != nil {
 		return err
 	}
-	x.result.RenderDigest = digest
+	x.result.RenderDigest, x.result.ContentDigest = digest, digest
 	if err := host.WriteFileAtomic(filepath.Join(x.dir, RenderFile), append(canonical, '\n'), 0o644); err != nil {
 		return err
 	}
@@ -367,6 +367,22 @@ func (x *execution) prepare() error {
 	}
 	x.rootfs = rootfs
 	return nil
+}
+
+// runfiles assembles the render's runfiles, unless the caller did.
+func (x *execution) runfiles() (*runfiles.Result, error) {
+	if x.opts.Runfiles != nil {
+		return x.opts.Runfiles, nil
+	}
+	cacheDir := x.opts.CacheDir
+	if cacheDir == "" {
+		cacheDir = x.opts.StateDir
+	}
+	store, err := runfiles.OpenStore(cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	return plan.Runfiles(x.ctx, store, x.r, nil)
 }
 
 // retry runs a cleanup step up to five times, 100 ms apart: a resource can

@@ -86,6 +86,40 @@ func Runfiles(ctx context.Context, store *runfiles.Store, r *render.Render, prog
 	return res, nil
 }
 
+// ErrDigestRefused: the render is not the one an expected digest names.
+var ErrDigestRefused = errors.New("refused")
+
+// CheckDigest accepts r only when want is its plan digest or its content
+// digest (docs/architecture.md "Digests"). The content digest needs the
+// runfiles, so unless the plan digest matches it assembles them into store
+// (recording the manifest in r, as Runfiles does) and returns the result,
+// for the run to mount rather than assemble again: the tree it checked is
+// the tree that runs. It creates nothing but store entries; a refusal
+// wraps ErrDigestRefused and names both digests of r.
+func CheckDigest(ctx context.Context, store *runfiles.Store, r *render.Render, want string) (*runfiles.Result, error) {
+	d, err := r.Digests()
+	if err != nil {
+		return nil, err
+	}
+	if d.Matches(want) {
+		return nil, nil
+	}
+	var assembled *runfiles.Result
+	if d.Content == "" {
+		if assembled, err = Runfiles(ctx, store, r, nil); err != nil {
+			return nil, err
+		}
+		if d, err = r.Digests(); err != nil {
+			return nil, err
+		}
+		if d.Matches(want) {
+			return assembled, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: spawn %s is not %s: its plan digest is %s and its content digest %s; hookbox render --runfiles --format text shows both: review the change, then pin the digest you approve",
+		ErrDigestRefused, r.Spawn, want, d.Plan, d.Content)
+}
+
 // Launch is what a container plan needs beyond the render.
 type Launch struct {
 	RunID string

@@ -90,3 +90,43 @@ func TestRunfilesHoldTheInit(t *testing.T) {
 		t.Errorf("the manifest lacks the init at %s: %+v", render.InitPath, r.Runfiles)
 	}
 }
+
+// TestCheckDigest: the plan digest is accepted without assembling, the
+// content digest once assembled (the result handed over), anything else
+// refused with both digests named.
+func TestCheckDigest(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv(InitEnv, testenv.StaticELF(t))
+	store, err := runfiles.OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	fresh := func() *render.Render { return compileSpec(t, ws) }
+	planned, err := fresh().Digests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := fresh()
+	if _, err := Runfiles(ctx, store, full, nil); err != nil {
+		t.Fatal(err)
+	}
+	content, _, err := full.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r := fresh()
+	if assembled, err := CheckDigest(ctx, store, r, planned.Plan); err != nil || assembled != nil || len(r.Runfiles) > 0 {
+		t.Errorf("the plan digest: %v, assembled %v; want accepted without assembling", err, assembled)
+	}
+	r = fresh()
+	if assembled, err := CheckDigest(ctx, store, r, content); err != nil || assembled == nil || len(r.Runfiles) == 0 {
+		t.Errorf("the content digest: %v, assembled %v; want accepted with the runfiles assembled", err, assembled)
+	}
+	wrong := "sha256:" + strings.Repeat("0", 64)
+	_, err = CheckDigest(ctx, store, fresh(), wrong)
+	if !errors.Is(err, ErrDigestRefused) || !strings.Contains(err.Error(), planned.Plan) || !strings.Contains(err.Error(), content) {
+		t.Errorf("another digest: %v; want ErrDigestRefused naming %s and %s", err, planned.Plan, content)
+	}
+}

@@ -123,3 +123,32 @@ func TestRenderDigestsFormat(t *testing.T) {
 		t.Errorf("with --runfiles: %+v; want plan %s and the sha256 of the render with its manifest", full, plain.Plan)
 	}
 }
+
+// TestRunRefusesAnotherDigest: run --expect-digest with a digest that is
+// neither the plan nor the content digest exits 118, naming both, before
+// any run record exists; a malformed one is a usage error. (The accepted
+// digests run: integration TestExpectDigest.)
+func TestRunRefusesAnotherDigest(t *testing.T) {
+	t.Setenv(plan.InitEnv, testenv.StaticELF(t))
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, "s.yaml", validHead+"  engine: {kind: exec, path: /bin/true}\n  workspace: .\n")
+	state, cache := filepath.Join(dir, "state"), filepath.Join(dir, "cache")
+	_, text, _ := runCLI(t, "render", "--runfiles", "--cache-dir", cache, "--format", "text", spec)
+	plans, contents := textDigests(t, text, "plan digest"), textDigests(t, text, "content digest")
+	if len(plans) != 1 || len(contents) != 1 {
+		t.Fatalf("render printed no digests:\n%s", text)
+	}
+	other := "sha256:" + strings.Repeat("0", 64)
+	code, _, stderr := runCLI(t, "run", "--state-dir", state, "--cache-dir", cache, "--expect-digest", other, spec)
+	if code != exitRefused || !strings.Contains(stderr, other) || !strings.Contains(stderr, plans[0]) || !strings.Contains(stderr, contents[0]) {
+		t.Errorf("another digest: exit %d, stderr %q; want %d naming %s, %s and %s", code, stderr, exitRefused, other, plans[0], contents[0])
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("a refused run created its state dir: %v", err)
+	}
+	for _, bad := range []string{"sha256:abc", strings.TrimPrefix(plans[0], "sha256:"), strings.ToUpper(plans[0])} {
+		if code, _, stderr := runCLI(t, "run", "--state-dir", state, "--expect-digest", bad, spec); code != exitSpec || !strings.Contains(stderr, "--expect-digest") {
+			t.Errorf("--expect-digest %q: exit %d %q, want a usage error", bad, code, stderr)
+		}
+	}
+}

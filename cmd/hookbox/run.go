@@ -23,13 +23,18 @@ import (
 	"hookbox.dev/hookbox/launcher/daemon"
 	"hookbox.dev/hookbox/launcher/rootless"
 	"hookbox.dev/hookbox/notify"
+	"hookbox.dev/hookbox/plan"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/render/verify"
+	"hookbox.dev/hookbox/runfiles"
 )
 
 // Exit codes of `hookbox run` besides the engine's own (README "Exit codes").
 // They avoid 0, 1, 2, 126, 127 and 128+n, which engines and shells use.
 const (
+	// exitRefused: something is not what its digest or signature says it
+	// must be (run --expect-digest; verify: the record or its attestation).
+	exitRefused   = 118
 	exitInfra     = 120 // hookbox could not run or finish the run
 	exitTimedOut  = 121
 	exitCancelled = 122
@@ -49,7 +54,7 @@ func (e exitError) Error() string { return e.msg }
 func newRunCommand(h *hostFlags) *cobra.Command {
 	var spawn string
 	var jsonOut, requireTrace, noNotify, rootlessFlag, requireSignature bool
-	var signingKey string
+	var signingKey, expectDigest string
 	var grace, notifyTimeout time.Duration
 	var notifyArgv string
 	var traceRingSize int
@@ -76,7 +81,12 @@ Before the notifier, the run writes its attestation (attestation.dsse.json):
 an in-toto statement over the artifacts, render, trace, network record,
 every file of the record and the verdict, signed with this host's key
 (hookbox key generate) or --signing-key; without a key it is unsigned and
-result.json says so (--require-signature refuses to run instead).`,
+result.json says so (--require-signature refuses to run instead).
+
+--expect-digest D runs the spawn only if D is its plan digest or its
+content digest, as hookbox render prints them (docs/architecture.md
+"Digests"); anything else exits 118 before any run record, container or
+mount exists. result.json records both digests.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			address, stateDir, cacheDir := h.address, h.stateDir, h.cacheDir
@@ -96,6 +106,9 @@ result.json says so (--require-signature refuses to run instead).`,
 			if err != nil {
 				return err
 			}
+			if expectDigest != "" && !render.ValidDigest(expectDigest) {
+				return usageError{fmt.Errorf("--expect-digest %q: give a digest as hookbox render prints it, sha256:<64 lowercase hex digits>", expectDigest)}
+			}
 			// A key that cannot be used fails the run before anything starts.
 			signer, unsigned, err := runSigner(config.HostEnv(), signingKey, requireSignature)
 			if err != nil {
@@ -103,6 +116,12 @@ result.json says so (--require-signature refuses to run instead).`,
 			}
 			inner, isInner := rootless.Inner()
 			dirs := dirsFrom(stateDir, cacheDir, inner)
+			// Before anything of a run exists: before a containerd is
+			// started or RootlessKit's namespaces are entered.
+			assembled, err := checkExpectedDigest(cmd.Context(), r, expectDigest, dirs.cache)
+			if err != nil {
+				return err
+			}
 			progress := func(phase string) func(string) {
 				return func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, phase, msg) }
 			}
@@ -124,7 +143,7 @@ result.json says so (--require-signature refuses to run instead).`,
 			}
 			plan := notify.Resolve(notifyconf.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn), global.Notify)
 			return runSpawn(ctx, cmd, r, backend, runFlags{dirs: dirs, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, secrets: global.Secrets,
-				signer: signer, unsigned: unsigned})
+				signer: signer, unsigned: unsigned, runfiles: assembled})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
@@ -140,6 +159,7 @@ result.json says so (--require-signature refuses to run instead).`,
 	cmd.Flags().BoolVar(&noNotify, "no-notify", false, "run no notifier for this run, whatever the spec or global config says")
 	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign the attestation with this ed25519 private key (PKCS#8 PEM, mode 0600) instead of the host's (hookbox key generate)")
 	cmd.Flags().BoolVar(&requireSignature, "require-signature", false, "refuse to run when there is no key to sign the attestation with")
+	cmd.Flags().StringVar(&expectDigest, "expect-digest", "", "run only if this is the spawn's plan or content digest (hookbox render --format text shows both); exit 118 otherwise, before anything is created")
 	return cmd
 }
 
@@ -152,6 +172,28 @@ type runFlags struct {
 	secrets      secretsconf.Lookup
 	signer       *attest.Signer // nil: the attestation is unsigned, for the reason in unsigned
 	unsigned     string
+	runfiles     *runfiles.Result // assembled by checkExpectedDigest, or nil
+}
+
+// checkExpectedDigest refuses a render that --expect-digest does not name
+// (exit 118). To compare the content digest it assembles the runfiles,
+// which the run then mounts.
+func checkExpectedDigest(ctx context.Context, r *render.Render, want, cacheDir string) (*runfiles.Result, error) {
+	if want == "" {
+		return nil, nil
+	}
+	store, err := runfiles.OpenStore(cacheDir)
+	if err != nil {
+		return nil, exitError{exitInfra, err.Error()}
+	}
+	assembled, err := plan.CheckDigest(ctx, store, r, want)
+	switch {
+	case errors.Is(err, plan.ErrDigestRefused):
+		return nil, exitError{exitRefused, "--expect-digest: " + err.Error()}
+	case err != nil:
+		return nil, exitError{exitInfra, err.Error()}
+	}
+	return assembled, nil
 }
 
 func pickSpawn(renders []*render.Render, name, file string) (*render.Render, error) {
@@ -179,7 +221,7 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 	}
 	defer backend.Close()
 	opts := launcher.Options{Backend: backend, StateDir: f.dirs.state, CacheDir: f.dirs.cache, Grace: f.grace, Version: version,
-		RequireTrace: f.requireTrace, Notify: f.notify, SecretLookup: f.secrets, Signer: f.signer, Unsigned: f.unsigned}
+		RequireTrace: f.requireTrace, Notify: f.notify, SecretLookup: f.secrets, Signer: f.signer, Unsigned: f.unsigned, Runfiles: f.runfiles}
 	if f.notify.Warning != "" && !f.json {
 		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
 	}

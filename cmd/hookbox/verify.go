@@ -19,7 +19,6 @@ import (
 // Exit codes of `hookbox verify` (docs/cli.md "Exit codes").
 const (
 	exitUnchecked = 119 // the verdict lacks complete evidence
-	exitRefused   = 118 // the record or its attestation does not verify
 )
 
 func newVerifyCommand(h *hostFlags) *cobra.Command {
