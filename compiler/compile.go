@@ -206,14 +206,18 @@ func (c *compilation) collectPrograms() {
 		c.addProgram(h.Argv[0], render.RoleHook)
 	}
 	// PATH: directories of declared tools outside the standard ones (sorted,
-	// so declaration order does not matter), then the standard directories.
+	// so declaration order does not matter, as the plan form writes them, so
+	// the checkout's location does not either), then the standard ones.
 	var dirs []string
 	for _, tool := range s.Tools {
 		if d := path.Dir(tool); !slices.Contains(standardPath, d) && !slices.Contains(dirs, d) {
 			dirs = append(dirs, d)
 		}
 	}
-	slices.Sort(dirs)
+	base := c.p.baseDir // final: every relative path is resolved in validate
+	slices.SortFunc(dirs, func(a, b string) int {
+		return strings.Compare(render.PlanString(a, base), render.PlanString(b, base))
+	})
 	dirs = append(dirs, standardPath...)
 	c.pathDirs = dirs
 }

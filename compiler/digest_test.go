@@ -201,3 +201,36 @@ func TestBaseDir(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanDigestKeepsPathOrder: PATH lists tool directories sorted; a
+// directory of the checkout sorts the same against one outside it from
+// every checkout, so the plan digest does not depend on where it lives.
+func TestPlanDigestKeepsPathOrder(t *testing.T) {
+	root := t.TempDir()
+	outside := filepath.Join(root, "m", "bin", "x") // between the two checkouts
+	var digests []string
+	for _, checkout := range []string{"a", "z"} {
+		dir := filepath.Join(root, checkout, "spec")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(dir, "spawn.yaml")
+		spec := "apiVersion: hookbox.dev/v1alpha1\nkind: Spawn\nmetadata: {name: p}\nspec:\n" +
+			"  engine: {kind: exec, path: /bin/true}\n  workspace: .\n  tools: [./bin/t, " + outside + "]\n"
+		if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		renders, err := CompileFileWithParams(file, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _, err := renders[0].PlanDigest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests = append(digests, d)
+	}
+	if digests[0] != digests[1] {
+		t.Errorf("the same spec in two checkouts: plan digests %v", digests)
+	}
+}

@@ -86,11 +86,7 @@ func (r *Render) planForm() (*Render, error) {
 	if err := dec.Decode(&tree); err != nil {
 		return nil, fmt.Errorf("plan form: %w", err)
 	}
-	base := ""
-	if r.BaseDir != "/" {
-		base = r.BaseDir
-	}
-	if data, err = json.Marshal(rewriteStrings(tree, func(s string) string { return planString(s, base) })); err != nil {
+	if data, err = json.Marshal(rewriteStrings(tree, func(s string) string { return PlanString(s, r.BaseDir) })); err != nil {
 		return nil, fmt.Errorf("plan form: %w", err)
 	}
 	var form Render
@@ -119,11 +115,12 @@ func rewriteStrings(v any, f func(string) string) any {
 	return v
 }
 
-// planString is one string of the plan form (PlanDigest); base "" only
-// escapes.
-func planString(s, base string) string {
+// PlanString is s as the plan form of a render with BaseDir base writes it
+// (PlanDigest); base "" or "/" only escapes. Ordering paths by it gives an
+// order that does not depend on where the checkout lives.
+func PlanString(s, base string) string {
 	s = strings.ReplaceAll(s, "%", "%25")
-	if base == "" {
+	if base == "" || base == "/" {
 		return s
 	}
 	base = strings.ReplaceAll(base, "%", "%25")
