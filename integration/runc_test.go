@@ -242,6 +242,13 @@ spec:
 	expect("exec-run-dir", false, "EACCES")
 	expect("exec-tmp", false, "EACCES")
 	expect("exec-dev-shm", false, "EACCES")
+	// seccomp alone (no tracer, so no BPF LSM here) denies the syscalls
+	// of cross-process access; /proc/<pid>/mem is the LSM's.
+	expect("inject-sibling", true)
+	expect("ptrace-attach", false, "EPERM")
+	expect("process-vm-writev", false, "EPERM")
+	expect("pidfd-getfd", false, "EPERM")
+	t.Logf("proc-mem-write without the tracer: %+v", results["proc-mem-write"])
 	if got := results["interfaces"].Detail; got != "lo" {
 		t.Errorf("interfaces %q, want only lo", got)
 	}

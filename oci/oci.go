@@ -78,6 +78,7 @@ func Options(r *render.Render, l Launch) []ctroci.SpecOpts {
 		WithNoCapabilities(),
 		ctroci.WithNoNewPrivileges,
 		seccomp.WithDefaultProfile(),
+		WithNoProcessAccess(),
 		WithIsolatedNamespaces(),
 		withCgroup(r, l),
 		WithNofile(NofileLimit),

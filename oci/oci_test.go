@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/containers"
@@ -215,4 +217,76 @@ func TestSpecGolden(t *testing.T) {
 			t.Errorf("spec lacks %s", must)
 		}
 	}
+}
+
+// seccompVerdict is what a profile does with a syscall called without
+// argument conditions: the action of the unconditional rules naming it
+// (all of them, to catch conflicts), else the default action.
+func seccompVerdict(sc *specs.LinuxSeccomp, name string) []string {
+	var got []string
+	for _, r := range sc.Syscalls {
+		if slices.Contains(r.Names, name) && len(r.Args) == 0 {
+			v := string(r.Action)
+			if r.ErrnoRet != nil {
+				v += fmt.Sprintf("(%d)", *r.ErrnoRet)
+			}
+			got = append(got, v)
+		}
+	}
+	if len(got) == 0 {
+		got = append(got, string(sc.DefaultAction)+"(default)")
+	}
+	return got
+}
+
+// The run's seccomp profile fails every cross-process access syscall with
+// EPERM: containerd's default allows ptrace and process_vm_{readv,writev}
+// on kernels since 4.8, which let one process of a run inject code into
+// another (docs/threat-model.md).
+func TestSeccompDeniesProcessAccess(t *testing.T) {
+	spec, err := Generate(context.Background(), sampleRender(t), Launch{RunID: "r1", Rootfs: "rootfs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eperm := fmt.Sprintf("%s(%d)", specs.ActErrno, syscall.EPERM)
+	for _, name := range []string{"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "process_madvise"} {
+		if got := seccompVerdict(spec.Linux.Seccomp, name); !slices.Equal(got, []string{eperm}) {
+			t.Errorf("%s: %v, want only %s", name, got, eperm)
+		}
+	}
+	for _, name := range []string{"read", "execve", "openat"} {
+		if got := seccompVerdict(spec.Linux.Seccomp, name); !slices.Equal(got, []string{string(specs.ActAllow)}) {
+			t.Errorf("%s: %v, want allowed", name, got)
+		}
+	}
+}
+
+func TestNoProcessAccessOption(t *testing.T) {
+	eperm := fmt.Sprintf("%s(%d)", specs.ActErrno, syscall.EPERM)
+	t.Run("default-allow profile", func(t *testing.T) {
+		s := withOnly(t, func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+			s.Linux.Seccomp = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Syscalls: []specs.LinuxSyscall{
+				{Names: []string{"ptrace", "read"}, Action: specs.ActAllow},
+				{Names: []string{"process_vm_writev"}, Action: specs.ActAllow},
+			}}
+			return WithNoProcessAccess()(context.Background(), nil, nil, s)
+		})
+		for _, name := range processAccessSyscalls {
+			if got := seccompVerdict(s.Linux.Seccomp, name); !slices.Equal(got, []string{eperm}) {
+				t.Errorf("%s: %v, want only %s", name, got, eperm)
+			}
+		}
+		if got := seccompVerdict(s.Linux.Seccomp, "read"); !slices.Equal(got, []string{string(specs.ActAllow)}) {
+			t.Errorf("read: %v, the rule it shared with ptrace must stay", got)
+		}
+		if len(s.Linux.Seccomp.Syscalls) != 2 {
+			t.Errorf("an emptied rule must go: %+v", s.Linux.Seccomp.Syscalls)
+		}
+	})
+	t.Run("no profile", func(t *testing.T) {
+		ctx := namespaces.WithNamespace(context.Background(), Namespace)
+		if _, err := ctroci.GenerateSpec(ctx, nil, &containers.Container{ID: "t"}, WithNoProcessAccess()); err == nil {
+			t.Error("without a seccomp profile the option must fail, not leave ptrace allowed")
+		}
+	})
 }

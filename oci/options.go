@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"syscall"
 
 	"github.com/containerd/containerd/v2/core/containers"
 	ctroci "github.com/containerd/containerd/v2/pkg/oci"
@@ -187,6 +188,44 @@ func WithPlannedMounts(mounts []specs.Mount) specOpt {
 			}
 			s.Mounts = append(s.Mounts, m)
 		}
+		return nil
+	}
+}
+
+// processAccessSyscalls read or write another process's memory, take its
+// file descriptors or compare its kernel objects: containerd's profile
+// allows them only with CAP_SYS_PTRACE, except ptrace and process_vm_*,
+// which it allows on every kernel since 4.8 (between processes of one
+// uid, that is code injection into an already-verified engine or hook).
+var processAccessSyscalls = []string{"kcmp", "pidfd_getfd", "process_madvise", "process_vm_readv", "process_vm_writev", "ptrace"}
+
+// WithNoProcessAccess makes the seccomp profile (containerd's default,
+// applied before it) fail processAccessSyscalls with EPERM: it takes them
+// out of every rule and adds an explicit denial, so the profile denies them
+// whatever its default action. The BPF LSM denies the rest of ptrace-class
+// access (/proc/<pid>/mem) where the host has it (docs/threat-model.md).
+func WithNoProcessAccess() specOpt {
+	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+		if s.Linux == nil || s.Linux.Seccomp == nil {
+			return fmt.Errorf("oci: no seccomp profile to deny ptrace in (apply the default profile first)")
+		}
+		sc := s.Linux.Seccomp
+		rules := make([]specs.LinuxSyscall, 0, len(sc.Syscalls)+1)
+		for _, r := range sc.Syscalls {
+			r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool {
+				return slices.Contains(processAccessSyscalls, n)
+			})
+			if len(r.Names) > 0 {
+				rules = append(rules, r)
+			}
+		}
+		eperm := uint(syscall.EPERM)
+		rules = append(rules, specs.LinuxSyscall{
+			Names:    slices.Clone(processAccessSyscalls),
+			Action:   specs.ActErrno,
+			ErrnoRet: &eperm,
+		})
+		sc.Syscalls = rules
 		return nil
 	}
 }
