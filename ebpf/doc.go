@@ -28,7 +28,13 @@
 //     filename argument (its pointer recorded at syscall entry, the
 //     string read from the caller's unchanged memory at exit, only for
 //     failures; for execveat it may be relative to the dirfd, which is
-//     not recorded). Failed events carry no argv and no file identity.
+//     not recorded). Failed events carry no argv and no file identity;
+//   - with the BPF LSM programs (below), every refusal yields a KindDenied
+//     event (an exec refused in enforce mode: filename as the kernel
+//     holds it, identity of the refused file, errno EPERM, no argv; the
+//     failed exec it causes is not reported a second time) or a
+//     KindPtraceDenied event (a ptrace-class access refused: the target's
+//     tgid and the PTRACE_MODE_* bits asked for).
 //
 // Events of one watch arrive on Watch.Events in the order the kernel
 // reserved them in the ring buffer (per process, that is exec order).
@@ -47,13 +53,32 @@
 //
 // # Enforcement
 //
-// A watch with Policy.Enforce kills, from sched_process_exec, every exec
-// whose (device, inode) is not in Policy.Allowed: bpf_send_signal(SIGKILL)
-// queues the signal before the new image has run a single user instruction
-// (it is delivered on the way out of execve). The event is still recorded,
-// with Killed set. Enforcement does not depend on ring space: a lost event
-// still kills. An exec whose file identity cannot be read is killed.
-// Failed execs are not enforced (nothing ran).
+// Where the BPF LSM is active (host.BPFLSMActive) and the kernel lets them
+// load, Load also attaches BPF LSM programs (bpf/lsm.c) on the same maps
+// (Tracer.LSM says whether, or why not; Stats.Denies what a watch got):
+//
+//   - every watch: attach-strength ptrace-class access from the cgroup to
+//     another process fails with EPERM (ptrace_access_check: ptrace
+//     attach, /proc/<pid>/mem, process_vm_readv/writev, pidfd_getfd), and
+//     so does PTRACE_TRACEME (ptrace_traceme). Read-strength checks
+//     (/proc/<pid>/environ, maps, fd) are not refused, nor is access to
+//     the caller's own thread group (the kernel grants it before any LSM);
+//   - a watch with Policy.Enforce: bprm_check_security refuses every exec
+//     of a file whose (device, inode) is not in Policy.Allowed, before the
+//     point of no return: execve fails with EPERM and the caller goes on.
+//     The hook runs for each file of an exec (a #! script, then its
+//     interpreter), so both must be allowed. A memfd (memfd_create, then
+//     execveat AT_EMPTY_PATH) has no allowed identity and is refused.
+//
+// Without them, a watch with Policy.Enforce kills, from sched_process_exec,
+// every exec whose (device, inode) is not in Policy.Allowed:
+// bpf_send_signal(SIGKILL) queues the signal before the new image has run
+// a single user instruction (it is delivered on the way out of execve).
+// The event is still recorded, with Killed set. That kill also stays
+// behind the LSM programs, which leave it nothing to do. Enforcement does
+// not depend on ring space: a lost event still kills, a refusal is still
+// refused. An exec whose file identity cannot be read is killed. Failed
+// execs are not enforced (nothing ran).
 //
 // # File identity
 //
@@ -82,6 +107,12 @@
 // measured on 6.18. tracefs must be mounted (EnsureTracefs mounts it as
 // root), and the process needs CAP_BPF+CAP_PERFMON or CAP_SYS_ADMIN.
 // Anything missing is reported as an error wrapping ErrNotSupported.
+// The BPF LSM programs additionally need CONFIG_BPF_LSM with "bpf" in the
+// active LSMs (lsm= on the kernel command line), securityfs mounted to
+// tell (EnsureSecurityfs) and a kernel that loads trampoline programs:
+// some refuse them with EPERM even to root (measured: a 6.18 guest kernel
+// with bpf active that refuses every fentry and LSM program). Without
+// them Load succeeds and Tracer.LSM says why.
 //
 // # Costs
 //

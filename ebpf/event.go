@@ -21,10 +21,34 @@ const (
 	KindExec Kind = "exec"
 	// KindFailed is an execve/execveat that returned an error.
 	KindFailed Kind = "failed"
+	// KindDenied is an exec the BPF LSM refused in enforce mode
+	// (bprm_check_security): the call failed with EPERM and nothing ran.
+	// Filename is the path the kernel was asked for, Dev and Ino the file
+	// refused (for a #! script, the script or its interpreter, whichever
+	// was not allowed); no argv.
+	KindDenied Kind = "denied"
+	// KindPtraceDenied is a ptrace-class access the BPF LSM refused (EPERM):
+	// the task (TGID) asked for attach-strength access (Mode) to process
+	// Target (ptrace attach, /proc/<pid>/mem, process_vm_*, pidfd_getfd),
+	// or, with FlagTraceme, to be traced by Target.
+	KindPtraceDenied Kind = "ptrace-denied"
 )
 
-// Flags are the per-event bits the BPF program sets (enum event_flag in
-// bpf/exec.c).
+// kinds are the known kinds, by wire number (enum event_kind in
+// bpf/hookbox.h).
+var kinds = map[uint16]Kind{1: KindExec, 2: KindFailed, 3: KindDenied, 4: KindPtraceDenied}
+
+func (k Kind) known() bool {
+	for _, v := range kinds {
+		if k == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Flags are the per-event bits the BPF programs set (enum event_flag in
+// bpf/hookbox.h).
 type Flags uint16
 
 const (
@@ -48,6 +72,9 @@ const (
 	FlagFilenameMissing Flags = 1 << 6
 	// FlagEnforced: the watch was enforcing when this exec happened.
 	FlagEnforced Flags = 1 << 7
+	// FlagTraceme: a KindPtraceDenied event for PTRACE_TRACEME; Target is
+	// the would-be tracer.
+	FlagTraceme Flags = 1 << 8
 )
 
 var flagNames = []struct {
@@ -62,6 +89,7 @@ var flagNames = []struct {
 	{FlagFilenameTruncated, "filename-truncated"},
 	{FlagFilenameMissing, "filename-missing"},
 	{FlagEnforced, "enforced"},
+	{FlagTraceme, "traceme"},
 }
 
 // Names lists the set flags by name, in bit order; unknown bits appear as
@@ -104,7 +132,8 @@ next:
 	return f, nil
 }
 
-// Event is one exec (or failed exec) the kernel recorded for a watch.
+// Event is one exec, failed exec or refusal the kernel recorded for a
+// watch.
 type Event struct {
 	Kind     Kind
 	TGID     uint32 // process id after the exec
@@ -124,13 +153,19 @@ type Event struct {
 	Argv      [][]byte
 	ArgvLen   uint32 // full argv length in bytes, NULs included
 	Truncated bool
-	// Dev and Ino identify the executed file (mm->exe_file); Dev in the
-	// stat(2) st_dev encoding. Zero for KindFailed and FlagExeUnknown.
+	// Dev and Ino identify the executed file (mm->exe_file; KindDenied:
+	// the file refused); Dev in the stat(2) st_dev encoding. Zero for
+	// KindFailed, KindPtraceDenied and FlagExeUnknown.
 	Dev    uint64
 	Ino    uint64
-	Errno  syscall.Errno // KindFailed only
+	Errno  syscall.Errno // KindFailed; EPERM for the refusals
 	Killed bool          // enforce killed this exec before it ran
-	Flags  Flags         // every bit the kernel set, Truncated and Killed included
+	// Target and Mode (KindPtraceDenied): the other process's tgid, as
+	// the caller's pid namespace does not see it but the host does, and
+	// the PTRACE_MODE_* bits asked for (0 for FlagTraceme).
+	Target uint32
+	Mode   uint32
+	Flags  Flags // every bit the kernel set, Truncated and Killed included
 }
 
 // File is the executed file's identity.
@@ -145,7 +180,7 @@ func (e Event) ArgvStrings() []string {
 	return out
 }
 
-// Wire layout of struct event in bpf/exec.c (little-endian). The Go test
+// Wire layout of struct event in bpf/hookbox.h (little-endian). The Go test
 // TestEventLayout checks these offsets against the bpf2go-generated type.
 const (
 	offCookie       = 0
@@ -161,16 +196,20 @@ const (
 	offArgvLen      = 56
 	offArgvSize     = 60
 	offFilenameSize = 64
-	offKind         = 68
-	offFlags        = 70
-	offComm         = 72
+	offTarget       = 68
+	offMode         = 72
+	offKind         = 76
+	offFlags        = 78
+	offComm         = 80
 	commLen         = 16
 	offFilename     = offComm + commLen
 	filenameCap     = 4096
 	eventHeaderSize = offFilename + filenameCap // sizeof(struct event); argv follows
 
-	wireKindExec   = 1
-	wireKindFailed = 2
+	wireKindExec         = 1
+	wireKindFailed       = 2
+	wireKindDenied       = 3
+	wireKindPtraceDenied = 4
 )
 
 var errShortRecord = errors.New("ring buffer record shorter than an event header")
@@ -191,12 +230,9 @@ func decodeEvent(raw []byte) (Event, error) {
 	}
 	le := binary.LittleEndian
 	var e Event
-	switch k := le.Uint16(raw[offKind:]); k {
-	case wireKindExec:
-		e.Kind = KindExec
-	case wireKindFailed:
-		e.Kind = KindFailed
-	default:
+	k := le.Uint16(raw[offKind:])
+	var ok bool
+	if e.Kind, ok = kinds[k]; !ok {
 		return Event{}, fmt.Errorf("unknown event kind %d", k)
 	}
 	e.CgroupID = le.Uint64(raw[offCgroupID:])
@@ -206,13 +242,17 @@ func decodeEvent(raw []byte) (Event, error) {
 	e.TID = le.Uint32(raw[offTID:])
 	e.PPID = le.Uint32(raw[offPPID:])
 	e.UID = le.Uint32(raw[offUID:])
-	if e.Kind == KindFailed {
+	if e.Kind != KindExec {
 		e.Errno = syscall.Errno(int32(le.Uint32(raw[offErr:])))
+	}
+	if e.Kind == KindPtraceDenied {
+		e.Target = le.Uint32(raw[offTarget:])
+		e.Mode = le.Uint32(raw[offMode:])
 	}
 	e.Flags = Flags(le.Uint16(raw[offFlags:]))
 	e.Truncated = e.Flags&FlagTruncated != 0
 	e.Killed = e.Flags&FlagKilled != 0
-	if e.Kind == KindExec && e.Flags&FlagExeUnknown == 0 {
+	if (e.Kind == KindExec || e.Kind == KindDenied) && e.Flags&FlagExeUnknown == 0 {
 		e.Dev = devFromKernel(le.Uint32(raw[offDev:]))
 	}
 
@@ -311,6 +351,8 @@ type eventJSON struct {
 	Ino       uint64   `json:"ino"`
 	Errno     int32    `json:"errno,omitempty"`
 	Killed    bool     `json:"killed"`
+	Target    uint32   `json:"target,omitempty"`
+	Mode      uint32   `json:"mode,omitempty"`
 	Flags     []string `json:"flags,omitempty"`
 }
 
@@ -322,7 +364,8 @@ type eventJSON struct {
 //	 "truncated":false,"dev":"254:0","ino":1234,"killed":false}
 //
 // argv is always an array (empty, never null); errno appears for failed
-// execs; flags lists every flag bit by name when any is set.
+// execs and refusals, target and mode for ptrace-denied; flags lists every
+// flag bit by name when any is set.
 func (e Event) MarshalJSON() ([]byte, error) {
 	j := eventJSON{
 		Kind: e.Kind, Time: e.Time, CgroupID: e.CgroupID,
@@ -331,7 +374,8 @@ func (e Event) MarshalJSON() ([]byte, error) {
 		Argv:    make([]Bytes, len(e.Argv)),
 		ArgvLen: e.ArgvLen, Truncated: e.Truncated,
 		Dev: FileID{Dev: e.Dev}.DevString(), Ino: e.Ino,
-		Errno: int32(e.Errno), Killed: e.Killed, Flags: e.Flags.Names(),
+		Errno: int32(e.Errno), Killed: e.Killed, Target: e.Target, Mode: e.Mode,
+		Flags: e.Flags.Names(),
 	}
 	for i, a := range e.Argv {
 		j.Argv[i] = Bytes(a)
@@ -345,7 +389,7 @@ func (e *Event) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return err
 	}
-	if j.Kind != KindExec && j.Kind != KindFailed {
+	if !j.Kind.known() {
 		return fmt.Errorf("event: unknown kind %q", j.Kind)
 	}
 	dev, err := parseDev(j.Dev)
@@ -362,7 +406,7 @@ func (e *Event) UnmarshalJSON(data []byte) error {
 		Comm: string(j.Comm), Filename: string(j.Filename),
 		ArgvLen: j.ArgvLen, Truncated: j.Truncated,
 		Dev: dev, Ino: j.Ino, Errno: syscall.Errno(j.Errno),
-		Killed: j.Killed, Flags: flags,
+		Killed: j.Killed, Target: j.Target, Mode: j.Mode, Flags: flags,
 	}
 	if len(j.Argv) > 0 {
 		e.Argv = make([][]byte, len(j.Argv))

@@ -47,12 +47,13 @@ func TestSplitArgv(t *testing.T) {
 	}
 }
 
-// record builds a raw ring buffer record as bpf/exec.c lays it out.
+// record builds a raw ring buffer record as bpf/hookbox.h lays it out.
 type record struct {
 	cookie, cgroup, ktime, ino uint64
 	dev, tgid, tid, ppid, uid  uint32
 	err                        int32
 	argvLen                    uint32
+	target, mode               uint32
 	kind, flags                uint16
 	comm, filename             string
 	argv                       []byte
@@ -75,6 +76,8 @@ func (r record) bytes() []byte {
 	le.PutUint32(b[offArgvLen:], r.argvLen)
 	le.PutUint32(b[offArgvSize:], uint32(len(r.argv)))
 	le.PutUint32(b[offFilenameSize:], uint32(len(r.filename)))
+	le.PutUint32(b[offTarget:], r.target)
+	le.PutUint32(b[offMode:], r.mode)
 	le.PutUint16(b[offKind:], r.kind)
 	le.PutUint16(b[offFlags:], r.flags)
 	copy(b[offComm:offComm+commLen], r.comm)
@@ -128,6 +131,26 @@ func TestDecodeEvent(t *testing.T) {
 	}
 	if got.Kind != KindFailed || got.Errno != syscall.ENOENT || got.Filename != "/nope" || got.Dev != 0 || got.Argv != nil {
 		t.Errorf("decode failed: %+v", got)
+	}
+
+	denied := record{kind: wireKindDenied, err: int32(syscall.EPERM), filename: "/dev/fd/3", dev: 8 << 20, ino: 3,
+		flags: uint16(FlagEnforced), target: 99}
+	got, err = decodeEvent(denied.bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Kind != KindDenied || got.Errno != syscall.EPERM || got.Filename != "/dev/fd/3" || got.File() != (FileID{Dev: mkdev(8, 0), Ino: 3}) ||
+		got.Target != 0 || got.Argv != nil || got.Killed {
+		t.Errorf("decode denied: %+v", got)
+	}
+
+	ptraceDenied := record{kind: wireKindPtraceDenied, err: int32(syscall.EPERM), target: 42, mode: 0x12, tgid: 7, dev: 8 << 20, ino: 3}
+	got, err = decodeEvent(ptraceDenied.bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Kind != KindPtraceDenied || got.Errno != syscall.EPERM || got.Target != 42 || got.Mode != 0x12 || got.TGID != 7 || got.Dev != 0 {
+		t.Errorf("decode ptrace-denied: %+v", got)
 	}
 
 	unknown := exec
@@ -207,6 +230,19 @@ func TestEventJSON(t *testing.T) {
 		t.Errorf("round trip: %+v, %v", back, err)
 	}
 
+	refusal := Event{Kind: KindPtraceDenied, TGID: 7, Errno: syscall.EPERM, Target: 42, Mode: 0x12, Flags: FlagTraceme}
+	b, err = json.Marshal(refusal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"kind":"ptrace-denied"`) || !strings.Contains(string(b), `"target":42,"mode":18,"flags":["traceme"]`) {
+		t.Errorf("ptrace-denied JSON: %s", b)
+	}
+	back = Event{}
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, refusal) {
+		t.Errorf("round trip: %+v, %v", back, err)
+	}
+
 	for _, bad := range []string{
 		`{"kind":"fork","dev":"0:0"}`,
 		`{"kind":"exec","dev":"0"}`,
@@ -280,13 +316,14 @@ func TestOptionsDefaults(t *testing.T) {
 }
 
 func TestStatsJSON(t *testing.T) {
-	st := Stats{Counters: Counters{Matched: 5, Lost: 1, KillFailed: 2, Missed: 3}, Delivered: 4, Unaccounted: 0}
+	st := Stats{Counters: Counters{Matched: 5, Lost: 1, KillFailed: 2, Missed: 3}, Delivered: 4, Unaccounted: 0, Denies: Denies{Ptrace: true}}
 	b, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const want = `{"seen":0,"matched":5,"lost":1,"truncated":0,"killed":0,"kill_failed":2,"read_errors":0,` +
-		`"pending_dropped":0,"missed":3,"delivered":4,"decode_errors":0,"unaccounted":0}`
+		`"pending_dropped":0,"denied":0,"ptrace_denied":0,"missed":3,"delivered":4,"decode_errors":0,"unaccounted":0,` +
+		`"denies":{"ptrace":true,"exec":false}}`
 	if string(b) != want {
 		t.Errorf("JSON\n got %s\nwant %s", b, want)
 	}
@@ -332,7 +369,7 @@ func TestGeneratedObjectIsCurrent(t *testing.T) {
 		}
 		seen[name] = true
 	}
-	for _, want := range []string{"bpf/exec.c", "bpf/vmlinux.h", "exec_bpfel.o"} {
+	for _, want := range []string{"bpf/exec.c", "bpf/lsm.c", "bpf/hookbox.h", "bpf/vmlinux.h", "exec_bpfel.o", "lsm_bpfel.o"} {
 		if !seen[want] {
 			t.Errorf("bpf/generated.sha256 does not cover %s", want)
 		}

@@ -23,6 +23,8 @@ type execCounterSet struct {
 	KillFailed     uint64
 	ReadErrors     uint64
 	PendingDropped uint64
+	Denied         uint64
+	PtraceDenied   uint64
 }
 
 type execEvent struct {
@@ -40,6 +42,8 @@ type execEvent struct {
 	ArgvLen      uint32
 	ArgvSize     uint32
 	FilenameSize uint32
+	Target       uint32
+	Mode         uint32
 	Kind         uint16
 	Flags        uint16
 	Comm         [16]int8
@@ -59,6 +63,8 @@ type execPendingExec struct {
 	_        structs.HostLayout
 	CgroupId uint64
 	Filename uint64
+	Denied   uint32
+	Pad      uint32
 }
 
 type execWatch struct {

@@ -23,8 +23,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("HOOKBOX_EBPF_HELPER") == "execveat" {
+	switch os.Getenv("HOOKBOX_EBPF_HELPER") {
+	case "execveat":
 		os.Exit(helperExecveat())
+	case "inject":
+		os.Exit(helperInject())
+	case "memfd":
+		os.Exit(helperMemfd())
 	}
 	os.Exit(m.Run())
 }

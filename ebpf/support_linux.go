@@ -94,3 +94,18 @@ func unsupported(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
+
+// EnsureSecurityfs mounts securityfs at /sys/kernel/security when it is not
+// mounted, so Load can read which LSMs are active (host.LSMFile). It needs
+// root; the mount is left in place (nosuid, nodev, noexec, as systemd
+// makes it). Without it, Load works and leaves the BPF LSM programs out.
+func EnsureSecurityfs() error {
+	if _, err := host.ReadLSMs(host.LSMFile); !errors.Is(err, host.ErrNoSecurityfs) {
+		return nil
+	}
+	err := unix.Mount("securityfs", host.SecurityfsDir, "securityfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RELATIME, "")
+	if err != nil {
+		return fmt.Errorf("%w: mount -t securityfs securityfs %s: %v", ErrNotSupported, host.SecurityfsDir, err)
+	}
+	return nil
+}

@@ -15,6 +15,9 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/internal/host"
 )
 
 // Tracer is the loaded and attached BPF exec tracer. One Tracer serves any
@@ -22,6 +25,8 @@ import (
 // for concurrent use.
 type Tracer struct {
 	objs    execObjects
+	lsm     lsmPrograms // loaded only when lsmErr is nil
+	lsmErr  error       // why the BPF LSM programs are not attached
 	links   []link.Link
 	reader  *ringbuf.Reader
 	opts    Options
@@ -126,6 +131,7 @@ func Load(opts Options) (*Tracer, error) {
 		}
 		t.links = append(t.links, l)
 	}
+	t.lsmErr = t.attachLSM(opts)
 	t.reader, err = ringbuf.NewReader(t.objs.Events)
 	if err != nil {
 		t.closeObjects()
@@ -136,11 +142,82 @@ func Load(opts Options) (*Tracer, error) {
 	return t, nil
 }
 
+// attachLSM loads the BPF LSM programs (bpf/lsm.c) on the tracer's maps and
+// attaches them, where the BPF LSM is active. Its error says why they are
+// not attached; the tracer then works without them (enforce kills).
+func (t *Tracer) attachLSM(opts Options) error {
+	active, err := host.BPFLSMActive()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: cannot tell whether the BPF LSM is active: %v", ErrNotSupported, err)
+	case !active:
+		return fmt.Errorf("%w: the BPF LSM is not active (no bpf in %s)", ErrNotSupported, host.LSMFile)
+	}
+	spec, err := loadLsm()
+	if err != nil {
+		return err
+	}
+	spec.Maps[execMapEvents].MaxEntries = uint32(opts.RingSize)
+	replace := map[string]*cebpf.Map{
+		execMapTracedCgroups: t.objs.TracedCgroups,
+		execMapAllowedFiles:  t.objs.AllowedFiles,
+		execMapCounters:      t.objs.Counters,
+		execMapEvents:        t.objs.Events,
+		execMapPending:       t.objs.Pending,
+	}
+	if err := spec.LoadAndAssign(&t.lsm, &cebpf.CollectionOptions{MapReplacements: replace}); err != nil {
+		var ve *cebpf.VerifierError
+		switch {
+		case errors.As(err, &ve):
+			return fmt.Errorf("load the BPF LSM programs: %+v", ve)
+		case errors.Is(err, unix.EPERM):
+			// The tracepoint programs loaded with the same privilege:
+			// this kernel refuses LSM programs (some refuse every
+			// trampoline program, fentry included, even to root).
+			return fmt.Errorf("%w: the kernel refused to load the BPF LSM programs: %w", ErrNotSupported, err)
+		}
+		return unsupported("load the BPF LSM programs", err)
+	}
+	var links []link.Link
+	for _, prog := range t.lsmPrograms() {
+		l, err := link.AttachLSM(link.LSMOptions{Program: prog})
+		if err != nil {
+			for _, l := range links {
+				_ = l.Close()
+			}
+			t.lsm.Close()
+			t.lsm = lsmPrograms{}
+			return unsupported("attach BPF LSM program "+prog.String(), err)
+		}
+		links = append(links, l)
+	}
+	t.links = append(t.links, links...)
+	return nil
+}
+
+// lsmPrograms are the loaded BPF LSM programs (none when not attached).
+func (t *Tracer) lsmPrograms() []*cebpf.Program {
+	var out []*cebpf.Program
+	for _, p := range []*cebpf.Program{t.lsm.DenyExec, t.lsm.DenyPtrace, t.lsm.DenyTraceme} {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// LSM reports whether the BPF LSM programs are attached: nil when they
+// are (ptrace-class access from every watched cgroup is refused, and
+// enforce refuses execs rather than killing them), else why not (wrapping
+// ErrNotSupported when the host cannot).
+func (t *Tracer) LSM() error { return t.lsmErr }
+
 // Options returns the options the tracer runs with, defaults filled in.
 func (t *Tracer) Options() Options { return t.opts }
 
 func (t *Tracer) closeObjects() {
 	t.detach()
+	t.lsm.Close()
 	t.objs.Close()
 }
 
@@ -182,6 +259,7 @@ func (t *Tracer) Close() error {
 	for _, w := range live {
 		w.finish()
 	}
+	t.lsm.Close()
 	t.objs.Close()
 	return err
 }
@@ -331,6 +409,8 @@ func (t *Tracer) slotCounters(slot uint32) (Counters, error) {
 		c.KillFailed += p.KillFailed
 		c.ReadErrors += p.ReadErrors
 		c.PendingDropped += p.PendingDropped
+		c.Denied += p.Denied
+		c.PtraceDenied += p.PtraceDenied
 	}
 	return c, nil
 }
@@ -344,9 +424,13 @@ func (t *Tracer) resetSlot(slot uint32) error {
 
 // missed sums the kernel's recursion misses over the tracer's programs.
 func (t *Tracer) missed() (uint64, error) {
-	var n uint64
+	progs := t.lsmPrograms()
 	for _, tp := range t.tracepoints() {
-		s, err := tp.prog.Stats()
+		progs = append(progs, tp.prog)
+	}
+	var n uint64
+	for _, p := range progs {
+		s, err := p.Stats()
 		if err != nil {
 			return 0, fmt.Errorf("program stats: %w", err)
 		}

@@ -40,6 +40,8 @@ func TestEventLayout(t *testing.T) {
 		{"argv_len", unsafe.Offsetof(e.ArgvLen), offArgvLen},
 		{"argv_size", unsafe.Offsetof(e.ArgvSize), offArgvSize},
 		{"filename_size", unsafe.Offsetof(e.FilenameSize), offFilenameSize},
+		{"target", unsafe.Offsetof(e.Target), offTarget},
+		{"mode", unsafe.Offsetof(e.Mode), offMode},
 		{"kind", unsafe.Offsetof(e.Kind), offKind},
 		{"flags", unsafe.Offsetof(e.Flags), offFlags},
 		{"comm", unsafe.Offsetof(e.Comm), offComm},

@@ -24,6 +24,7 @@ func (*Tracer) Drain()                               {}
 func (*Tracer) Counters() (Counters, error)          { return Counters{}, errPlatform }
 func (*Tracer) Orphans() uint64                      { return 0 }
 func (*Tracer) Err() error                           { return nil }
+func (*Tracer) LSM() error                           { return errPlatform }
 func (*Tracer) Watch(uint64, Policy) (*Watch, error) { return nil, errPlatform }
 func (*Watch) CgroupID() uint64                      { return 0 }
 func (*Watch) Events() <-chan Event                  { return nil }

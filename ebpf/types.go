@@ -41,8 +41,9 @@ type Options struct {
 	ArgvCap int
 	// RingSize is the ring buffer size in bytes: a power of two that holds
 	// at least one exec event; default DefaultRingSize. An exec event
-	// occupies 4,192 bytes + ArgvCap (8.3 KiB by default: ~500 events in
-	// the default ring) until the consumer reads it.
+	// occupies 4,208 bytes + ArgvCap (8.1 KiB by default: ~500 events in
+	// the default ring) until the consumer reads it; a failed exec or a
+	// refusal 4,208 bytes.
 	RingSize int
 	// PollInterval is the consumer's read deadline: the BPF side never
 	// wakes the consumer (BPF_RB_NO_WAKEUP), so events wait up to this
@@ -74,9 +75,13 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// Policy is what a watch does besides recording.
+// Policy is what a watch does besides recording. Every watch also has
+// ptrace-class access from its cgroup denied where the BPF LSM is active
+// (Tracer.LSM).
 type Policy struct {
-	// Enforce kills every exec in the cgroup whose file is not in Allowed.
+	// Enforce refuses (BPF LSM: EPERM from exec) or else kills (SIGKILL
+	// before the new image runs) every exec in the cgroup whose file is not
+	// in Allowed.
 	Enforce bool
 	// Allowed are the executables the cgroup may run when enforcing: the
 	// identity of the executed file (for a #! script, its interpreter).
@@ -96,6 +101,8 @@ type Counters struct {
 	KillFailed     uint64 `json:"kill_failed"`     // execs enforce could not kill
 	ReadErrors     uint64 `json:"read_errors"`     // events with an unreadable field (argv, file identity, filename)
 	PendingDropped uint64 `json:"pending_dropped"` // execve calls not recorded at syscall entry (their failure would lack the filename)
+	Denied         uint64 `json:"denied"`          // execs refused by the BPF LSM (enforce)
+	PtraceDenied   uint64 `json:"ptrace_denied"`   // ptrace-class accesses refused by the BPF LSM
 	// Missed counts runs of the tracer's BPF programs the kernel skipped
 	// (recursion protection): execs that were never seen. Not attributable
 	// to a cgroup.
@@ -112,6 +119,20 @@ type Stats struct {
 	// stopped waiting: events the kernel attempted that never arrived (a
 	// BPF program still running when Stop gave up). 0 normally.
 	Unaccounted uint64 `json:"unaccounted"`
+	// Denies is what the kernel refused for this watch rather than only
+	// recorded; all false where the BPF LSM programs are not attached
+	// (enforce then kills).
+	Denies Denies `json:"denies"`
+}
+
+// Denies says which accesses the BPF LSM programs refused for a watch.
+type Denies struct {
+	// Ptrace: attach-strength ptrace-class access from the cgroup to
+	// another process fails with EPERM.
+	Ptrace bool `json:"ptrace"`
+	// Exec (Policy.Enforce): an exec outside Policy.Allowed fails with
+	// EPERM.
+	Exec bool `json:"exec"`
 }
 
 // Incomplete lists why this watch's events may not be everything that

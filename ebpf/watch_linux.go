@@ -23,6 +23,7 @@ type Watch struct {
 	cookie   uint64
 	slot     uint32
 	enforce  bool
+	denies   Denies
 	allowed  []execFileKey
 	missed0  uint64
 
@@ -41,7 +42,9 @@ type Watch struct {
 
 // Watch arms the in-kernel filter for a cgroup: from its return, every
 // exec and failed exec of a task in that cgroup is recorded (and, with
-// policy.Enforce, every exec of a file outside policy.Allowed is killed).
+// policy.Enforce, every exec of a file outside policy.Allowed is refused,
+// or killed where the BPF LSM programs are not attached). With the BPF LSM
+// programs, ptrace-class access from the cgroup is refused too.
 // cgroupID is the inode number of the cgroup's cgroup2 directory. Arm it
 // before the first process that matters starts in the cgroup (for a
 // container: between task create and start).
@@ -51,6 +54,9 @@ func (t *Tracer) Watch(cgroupID uint64, policy Policy) (*Watch, error) {
 	}
 	w := &Watch{t: t, cgroupID: cgroupID, enforce: policy.Enforce, out: make(chan Event, 256)}
 	w.cond = sync.NewCond(&w.mu)
+	if t.lsmErr == nil {
+		w.denies = Denies{Ptrace: true, Exec: policy.Enforce}
+	}
 	if policy.Enforce {
 		if len(policy.Allowed) > maxAllowedFiles {
 			return nil, fmt.Errorf("%w: %d allowed files, at most %d", ErrInvalid, len(policy.Allowed), maxAllowedFiles)
@@ -247,7 +253,7 @@ func (w *Watch) stop() (Stats, error) {
 
 func (w *Watch) snapshot(c Counters) Stats {
 	w.mu.Lock()
-	s := Stats{Counters: c, Delivered: w.delivered, DecodeErrors: w.decodeErrors.Load()}
+	s := Stats{Counters: c, Delivered: w.delivered, DecodeErrors: w.decodeErrors.Load(), Denies: w.denies}
 	w.mu.Unlock()
 	if got := s.Delivered + s.Lost + s.DecodeErrors; got < c.Matched {
 		s.Unaccounted = c.Matched - got
