@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -512,6 +513,22 @@ func checkProbeRun(t *testing.T, r *run) {
 	}
 	if results["interfaces"].Detail != "lo" || results["uid"].Detail != "65532:65532" || results["cap-eff"].Detail != "0000000000000000" {
 		t.Errorf("identity/network: %+v %+v %+v", results["interfaces"], results["uid"], results["cap-eff"])
+	}
+	// No process of the run may change another's code: seccomp denies the
+	// syscalls, the tracer's BPF LSM program /proc/<pid>/mem.
+	denied := map[string][]string{"ptrace-attach": {"EPERM"}, "process-vm-writev": {"EPERM"}, "pidfd-getfd": {"EPERM"}}
+	if lsmDenied(res) {
+		denied["proc-mem-write"] = []string{"EACCES"}
+	} else {
+		t.Logf("no BPF LSM programs in this run (%v): /proc/<pid>/mem is not denied (%+v)", res.Degraded, results["proc-mem-write"])
+	}
+	if got := results["inject-sibling"]; !got.OK {
+		t.Errorf("the probe could not start its sibling: %+v", got)
+	}
+	for check, errnos := range denied {
+		if got, ok := results[check]; !ok || got.OK || !slices.Contains(errnos, got.Errno) {
+			t.Errorf("%s: %+v, want denied with %v", check, got, errnos)
+		}
 	}
 }
 

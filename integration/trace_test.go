@@ -141,6 +141,23 @@ func TestTraceTruncatedArgvIsUnchecked(t *testing.T) {
 	}
 }
 
+// lsmDenied reports whether a traced run had the tracer's BPF LSM
+// programs: where the host has the BPF LSM and its kernel loads them,
+// enforce refuses instead of killing.
+func lsmDenied(res *launcher.Result) bool {
+	for _, d := range res.Degraded {
+		if d == launcher.ReasonPtraceDenialUnavailable {
+			return false
+		}
+	}
+	return true
+}
+
+// Enforce stops an unplanned exec before it runs: with the BPF LSM the
+// exec fails with EPERM and the engine sees the error (denied-exec);
+// without it the program is killed before its first instruction
+// (killed-exec). Either way the engine goes on and the verdict is a
+// mismatch.
 func TestTraceEnforceKills(t *testing.T) {
 	e := newEnv(t)
 	marker := "/run/hookbox/out/should-not-exist"
@@ -148,14 +165,59 @@ func TestTraceEnforceKills(t *testing.T) {
 		"  tools: [/usr/bin/touch]", "  trace: {mode: enforce, allow: []}")
 	r := e.run(spec)
 	res := r.mustResult(t)
-	if res.Trace.Status != "mismatch" || !hasReason(res, "killed-exec") {
-		t.Fatalf("enforce: %+v", res.Trace)
+	reason, other := "killed-exec", "denied-exec"
+	if lsmDenied(res) {
+		reason, other = other, reason
+		if !strings.Contains(r.output(), "operation not permitted") {
+			t.Errorf("the engine must see the refused exec fail with EPERM:\n%s", r.output())
+		}
+	}
+	t.Logf("BPF LSM programs attached: %v", lsmDenied(res))
+	if res.Trace.Status != "mismatch" || !hasReason(res, reason) || hasReason(res, other) {
+		t.Fatalf("enforce: want %s: %+v", reason, res.Trace)
 	}
 	if _, err := os.Stat(filepath.Join(res.RecordDir, launcher.ArtifactDir, "out", "should-not-exist")); err == nil {
-		t.Fatal("the killed program ran: its marker file exists")
+		t.Fatal("the stopped program ran: its marker file exists")
 	}
 	if !strings.Contains(r.output(), "after") {
 		t.Errorf("the engine itself must go on after the kill:\n%s", r.output())
+	}
+}
+
+// A memory file run with execveat: no noexec mount stops it, enforce does
+// (refused with EPERM, or killed), and the engine goes on.
+func TestTraceEnforceStopsMemfdExec(t *testing.T) {
+	e := newEnv(t)
+	probe := buildStatic(t, "hookbox.dev/hookbox/integration/probe", programDir(t))
+	file := filepath.Join(e.specDir, "memfd.yaml")
+	os.WriteFile(file, []byte(`apiVersion: hookbox.dev/v1alpha1
+kind: Spawn
+metadata: {name: memfd}
+spec:
+  engine: {kind: exec, path: `+probe+`, args: [memfd-exec]}
+  workspace: ./ws
+  trace: {mode: enforce}
+`), 0o644)
+	r := e.run(file)
+	res := r.mustResult(t)
+	if res.Status != launcher.StatusCompleted {
+		t.Fatalf("the probe must go on and exit 0: %s %s\n%s", res.Status, res.Error, r.stderr)
+	}
+	var got probeResult
+	for _, line := range strings.Split(r.output(), "\n") {
+		if json.Unmarshal([]byte(line), &got) == nil && got.Check == "memfd-exec" {
+			break
+		}
+	}
+	want, reason := "signal 9", "killed-exec"
+	if lsmDenied(res) {
+		want, reason = "EPERM", "denied-exec"
+	}
+	if got.Check != "memfd-exec" || got.OK || got.Errno != want {
+		t.Errorf("memfd exec: %+v, want refused with %s", got, want)
+	}
+	if res.Trace.Status != "mismatch" || !hasReason(res, reason) {
+		t.Errorf("verdict: want mismatch with %s: %+v", reason, res.Trace)
 	}
 }
 

@@ -44,6 +44,11 @@ const (
 	// ReasonNoRunCgroup (degraded): a rootless run without a delegated
 	// cgroup2 subtree has no cgroup of its own.
 	ReasonNoRunCgroup = "run-cgroup-unavailable"
+	// ReasonPtraceDenialUnavailable (degraded): the run was traced without
+	// the tracer's BPF LSM programs (no BPF LSM here, or the kernel would
+	// not load them), so /proc/<pid>/mem between the run's processes was
+	// not denied; seccomp still denied ptrace and process_vm_*.
+	ReasonPtraceDenialUnavailable = "ptrace-denial-unavailable"
 	// ReasonRecordUnsealed: the record's digests could not be computed, so
 	// the run has neither them nor an attestation.
 	ReasonRecordUnsealed = "record-unsealed"

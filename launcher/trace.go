@@ -36,6 +36,10 @@ func loadTracer(opts ebpf.Options) (*ebpf.Tracer, error) {
 			tracerErr = err
 			return
 		}
+		// Best effort: without securityfs the tracer cannot tell whether
+		// the BPF LSM is active and leaves its programs out (the run
+		// then says ptrace-denial-unavailable).
+		_ = ebpf.EnsureSecurityfs()
 		sharedTracer, tracerErr = ebpf.Load(opts)
 	})
 	return sharedTracer, tracerErr
@@ -219,6 +223,7 @@ func verifyEvent(ev ebpf.Event) verify.Event {
 		Kind: string(ev.Kind), PID: int(ev.TGID), PPID: int(ev.PPID), Time: int64(ev.Time),
 		Filename: ev.Filename, Argv: ev.ArgvStrings(), Truncated: ev.Truncated,
 		Dev: ev.Dev, Ino: ev.Ino, Errno: int(ev.Errno), Killed: ev.Killed,
+		Target: int(ev.Target), Mode: ev.Mode,
 	}
 	if ev.Flags&ebpf.FlagArgvUnreadable != 0 {
 		out.Argv, out.Truncated = nil, true // nothing visible: not evidence of an argv
@@ -256,6 +261,11 @@ func (x *execution) finishTrace() {
 	}
 	stats, err := t.watch.Stop()
 	t.consumed.Wait()
+	if !stats.Denies.Ptrace {
+		// No BPF LSM programs: seccomp still denies ptrace and
+		// process_vm_*, but not /proc/<pid>/mem (docs/threat-model.md).
+		x.result.Degraded = append(x.result.Degraded, ReasonPtraceDenialUnavailable)
+	}
 	line := traceStatsLine{Kind: traceStatsKind, Stats: stats, Incomplete: stats.Incomplete()}
 	if err != nil {
 		line.StopError = err.Error()

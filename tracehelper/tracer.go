@@ -45,6 +45,9 @@ func NewBPFTracer(opts ebpf.Options) *BPFTracer {
 		if err := ebpf.EnsureTracefs(); err != nil {
 			return nil, err
 		}
+		// Best effort: without securityfs the tracer cannot tell
+		// whether the BPF LSM is active and leaves its programs out.
+		_ = ebpf.EnsureSecurityfs()
 		return ebpf.Load(opts)
 	}}
 }

@@ -271,7 +271,7 @@ func memfdExec() error {
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signaled():
-		return fmt.Errorf("killed by %v", ee.ProcessState.Sys().(syscall.WaitStatus).Signal())
+		return fmt.Errorf("signal %d", int(ee.ProcessState.Sys().(syscall.WaitStatus).Signal()))
 	case errors.As(err, &ee) && ee.ExitCode() == 3:
 		return syscall.Errno(mustAtoi(strings.TrimSpace(string(out))))
 	case err != nil:

@@ -79,6 +79,13 @@ type Capabilities struct {
 	// CanEnforce: CanTrace, and the kernel has bpf_send_signal (5.3+) to
 	// kill a disallowed exec in the kernel.
 	CanEnforce bool `json:"can_enforce"`
+	// CanDeny: CanTrace, and the BPF LSM is active, so the tracer can
+	// attach its LSM programs: ptrace-class access between a traced run's
+	// processes (/proc/<pid>/mem included) is refused, and enforce refuses
+	// an unplanned exec with EPERM instead of killing it. Whether the
+	// kernel also loads them is known only at run time (the trace's stats
+	// line says "denies", result.json ptrace-denial-unavailable).
+	CanDeny bool `json:"can_deny"`
 	// NetworkIsolation: containers get their own network namespace.
 	NetworkIsolation bool `json:"network_isolation"`
 	// UserNamespaces: this user can create user namespaces.
@@ -128,6 +135,7 @@ const (
 	CheckTracefs           = "tracefs"
 	CheckBTF               = "btf"
 	CheckBPF               = "bpf"
+	CheckBPFLSM            = "bpf-lsm"
 	CheckUserNamespaces    = "user-namespaces"
 	CheckRootlesskit       = "rootlesskit"
 	CheckUIDMap            = "newuidmap"
@@ -170,6 +178,7 @@ func (h host) rootlessReport(r Report, df rootlessDaemonFacts, hf helperFacts) R
 	r.Capabilities.CgroupLimits = r.Capabilities.Rootless && limits
 	r.Capabilities.CanTrace = r.Capabilities.Rootless && traced && delegated
 	r.Capabilities.CanEnforce = r.Capabilities.CanTrace && kernelAtLeast(h, 5, 3)
+	r.Capabilities.CanDeny = r.Capabilities.CanDeny && r.Capabilities.CanTrace
 	return r
 }
 
@@ -229,6 +238,7 @@ func (h host) report(cf containerdFacts, rc runcFacts) Report {
 	tracefsAt, tracefs := tracefsCheck(mounts, fss, fssErr)
 	btf := btfCheck(h)
 	bpf := bpfCheck(h)
+	lsm, lsmCheck := bpfLSMCheck(h)
 	userns, usernsCheck := userNamespacesCheck(h)
 	rlk := rootlesskitCheck(h.lookPath)
 	uidmap := uidmapCheck(h.lookPath)
@@ -240,6 +250,7 @@ func (h host) report(cf containerdFacts, rc runcFacts) Report {
 	caps := Capabilities{
 		CanTrace:         canTrace,
 		CanEnforce:       canTrace && kernelAtLeast(h, 5, 3),
+		CanDeny:          canTrace && lsm,
 		NetworkIsolation: exists(h.path("/proc/self/ns/net")) && (h.euid == 0 || rootless),
 		UserNamespaces:   userns,
 		Tmpfs:            tmpfs.Status == OK && (h.euid == 0 || rootless),
@@ -261,6 +272,7 @@ func (h host) report(cf containerdFacts, rc runcFacts) Report {
 			tracefs,
 			btf,
 			bpf,
+			lsmCheck,
 			usernsCheck,
 			rlk,
 			uidmap,

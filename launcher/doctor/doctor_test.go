@@ -80,6 +80,7 @@ func TestReportFromFixture(t *testing.T) {
 		"proc/sys/kernel/osrelease":                 "6.18.44-fc-v509\n",
 		"proc/sys/user/max_user_namespaces":         "96365\n",
 		"sys/kernel/btf/vmlinux":                    "BTF",
+		"sys/kernel/security/lsm":                   "lockdown,capability,landlock,bpf",
 		"etc/subuid":                                "root:100000:65536\n",
 		"etc/subgid":                                "root:100000:65536\n",
 	})
@@ -95,12 +96,12 @@ func TestReportFromFixture(t *testing.T) {
 			t.Errorf("%s: %s %q (fix %q)", c.Name, c.Status, c.Detail, c.Fix)
 		}
 	}
-	wantNames := []string{"containerd", "runc", "cgroup-layout", "cgroup-controllers", "overlayfs", "tmpfs", "tracefs", "btf", "bpf", "user-namespaces", "rootlesskit", "newuidmap", "subuid", "egress"}
+	wantNames := []string{"containerd", "runc", "cgroup-layout", "cgroup-controllers", "overlayfs", "tmpfs", "tracefs", "btf", "bpf", "bpf-lsm", "user-namespaces", "rootlesskit", "newuidmap", "subuid", "egress"}
 	if !reflect.DeepEqual(names, wantNames) {
 		t.Errorf("check order = %q", names)
 	}
 	want := Capabilities{
-		CanTrace: true, CanEnforce: true, NetworkIsolation: true, UserNamespaces: true, Tmpfs: true,
+		CanTrace: true, CanEnforce: true, CanDeny: true, NetworkIsolation: true, UserNamespaces: true, Tmpfs: true,
 		CgroupLimits: true, Rootless: true, Egress: true, CgroupLayout: "hybrid",
 		Cgroup2Mount: "/sys/fs/cgroup/unified", TracefsMount: "/sys/kernel/tracing",
 	}
@@ -127,7 +128,7 @@ func TestReportFromFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = h.report(cf, rc)
-	if r.Capabilities.CanTrace || r.Capabilities.CanEnforce || r.Capabilities.TracefsMount != "" || r.Worst() != Warn {
+	if r.Capabilities.CanTrace || r.Capabilities.CanEnforce || r.Capabilities.CanDeny || r.Capabilities.TracefsMount != "" || r.Worst() != Warn {
 		t.Errorf("without tracefs: %+v, worst %s", r.Capabilities, r.Worst())
 	}
 
@@ -163,7 +164,7 @@ func TestRealHost(t *testing.T) {
 			t.Errorf("%s is %s without a fix", c.Name, c.Status)
 		}
 	}
-	for _, name := range []string{CheckContainerd, CheckRunc, CheckCgroupLayout, CheckCgroupControllers, CheckOverlayfs, CheckTmpfs, CheckTracefs, CheckBTF, CheckBPF, CheckUserNamespaces, CheckRootlesskit, CheckUIDMap, CheckSubIDs} {
+	for _, name := range []string{CheckContainerd, CheckRunc, CheckCgroupLayout, CheckCgroupControllers, CheckOverlayfs, CheckTmpfs, CheckTracefs, CheckBTF, CheckBPF, CheckBPFLSM, CheckUserNamespaces, CheckRootlesskit, CheckUIDMap, CheckSubIDs} {
 		if _, ok := byName[name]; !ok {
 			t.Errorf("no %s check in the report", name)
 		}

@@ -288,6 +288,32 @@ func bpfCheck(h host) Check {
 	return c
 }
 
+// bpfLSMCheck: is the BPF LSM active, so that the tracer's LSM programs
+// run? What every run gets without it is said too: seccomp denies ptrace
+// and process_vm_* whatever the host (docs/threat-model.md).
+func bpfLSMCheck(h host) (bool, Check) {
+	c := Check{Name: CheckBPFLSM}
+	lsms, err := hostfacts.ReadLSMs(h.path(hostfacts.LSMFile))
+	switch {
+	case errors.Is(err, hostfacts.ErrNoSecurityfs):
+		c.Status = Warn
+		c.Detail = "cannot tell whether the BPF LSM is active: securityfs is not mounted (hookbox run mounts it as root)"
+		c.Fix = "mount -t securityfs securityfs " + hostfacts.SecurityfsDir
+		return false, c
+	case err != nil:
+		c.Status, c.Detail, c.Fix = Warn, err.Error(), "check that "+hostfacts.LSMFile+" is readable (run as root)"
+		return false, c
+	case slices.Contains(lsms, "bpf"):
+		c.Status = OK
+		c.Detail = fmt.Sprintf("bpf is an active LSM (%s): traced runs get ptrace-class access between their processes refused, /proc/<pid>/mem included, and enforce refuses unplanned execs with EPERM, if the kernel loads the programs (a run's trace says)", strings.Join(lsms, ","))
+		return true, c
+	}
+	c.Status = Warn
+	c.Detail = fmt.Sprintf("active LSMs %s, no bpf: seccomp still denies ptrace and process_vm_* in every run, but /proc/<pid>/mem between a run's processes is not refused, and enforce kills unplanned execs instead of refusing them", strings.Join(lsms, ","))
+	c.Fix = "boot with bpf in the lsm= list (e.g. lsm=" + strings.Join(append(slices.Clone(lsms), "bpf"), ",") + "), on a kernel with CONFIG_BPF_LSM=y"
+	return false, c
+}
+
 // effectiveCaps reads the CapEff mask from a /proc/<pid>/status file.
 func effectiveCaps(path string) (uint64, error) {
 	f, err := os.Open(path)

@@ -226,6 +226,28 @@ func TestBPF(t *testing.T) {
 	checkIs(t, bpfCheck(host{root: noSysctl}), CheckBPF, OK, "kernel.unprivileged_bpf_disabled=unknown", "")
 }
 
+func TestBPFLSM(t *testing.T) {
+	for name, tt := range map[string]struct {
+		files       map[string]string
+		active      bool
+		status      Status
+		detail, fix string
+	}{
+		"active": {map[string]string{"sys/kernel/security/lsm": "lockdown,capability,landlock,bpf"}, true, OK, "/proc/<pid>/mem included", ""},
+		"not in the list": {map[string]string{"sys/kernel/security/lsm": "capability,yama,apparmor"}, false, Warn,
+			"seccomp still denies ptrace", "lsm=capability,yama,apparmor,bpf"},
+		"no securityfs": {map[string]string{}, false, Warn, "securityfs is not mounted", "mount -t securityfs securityfs /sys/kernel/security"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			active, c := bpfLSMCheck(host{root: fixture(t, tt.files)})
+			if active != tt.active {
+				t.Errorf("active = %v, want %v", active, tt.active)
+			}
+			checkIs(t, c, CheckBPFLSM, tt.status, tt.detail, tt.fix)
+		})
+	}
+}
+
 func TestUserNamespaces(t *testing.T) {
 	tests := []struct {
 		name              string

@@ -195,7 +195,7 @@ func engineRan(e Event, ids FileIdentities, programs []render.Program) bool {
 var contradictionReasons = []string{
 	ReasonNoEvents, ReasonEngineNotFirst, ReasonEngineArgvDiffers, ReasonEngineBinaryDiffers, ReasonHookNotRun,
 	ReasonHookArgvDiffers, ReasonHookBinaryDiffers, ReasonAllowedBinaryDiffers, ReasonUnexpectedExec,
-	ReasonFailedExec, ReasonKilledExec,
+	ReasonFailedExec, ReasonKilledExec, ReasonDeniedExec, ReasonDeniedPtrace,
 }
 
 // goodRunSeed decodes to a confirmed run: engine, audit hook, the shelled

@@ -96,6 +96,15 @@
 // failed-exec; other failed execs are PATH searches and the like (nothing
 // ran) and are only listed in Matched as "failed-ignored".
 //
+// Refusals (the tracer's BPF LSM programs) are contradictions too, though
+// nothing ran: the run attempted something the render does not plan. An
+// exec refused in enforce mode (KindDenied: a file outside the planned
+// set, a memfd) is denied-exec, the refusal counterpart of killed-exec;
+// its argv is not recorded, so it is not judged further. A refused
+// ptrace-class access to another process (KindPtraceDenied: ptrace
+// attach, /proc/<pid>/mem, process_vm_*, pidfd_getfd, PTRACE_TRACEME) is
+// denied-ptrace: no planned program injects into another.
+//
 // # Launch slots
 //
 // A planned exec's Slots (render.Exec) are launch slots: elements that are
@@ -192,9 +201,16 @@ import (
 
 // Event kinds.
 const (
-	KindExec   = "exec"   // execve succeeded
-	KindFailed = "failed" // execve returned an error
+	KindExec         = "exec"          // execve succeeded
+	KindFailed       = "failed"        // execve returned an error
+	KindDenied       = "denied"        // enforce refused the exec (EPERM): nothing ran
+	KindPtraceDenied = "ptrace-denied" // a ptrace-class access to another process was refused
 )
+
+// knownKind: the judge knows what the kind records.
+func knownKind(k string) bool {
+	return k == KindExec || k == KindFailed || k == KindDenied || k == KindPtraceDenied
+}
 
 // Status is a verdict's outcome.
 type Status string
@@ -251,6 +267,8 @@ const (
 	ReasonHopDiffers           = "interpreter-hop-differs"
 	ReasonHopMissing           = "interpreter-hop-missing"
 	ReasonKilledExec           = "killed-exec"
+	ReasonDeniedExec           = "denied-exec"
+	ReasonDeniedPtrace         = "denied-ptrace"
 )
 
 // Diff fields.
@@ -262,7 +280,8 @@ const (
 	FieldIdentity    = "identity"    // (dev, ino) as "dev:ino"
 	FieldFirstEvent  = "first-event" // what came first instead of the init or engine
 	FieldParent      = "ppid"        // the engine's parent pid (want: the init's)
-	FieldExec        = "exec"        // the exec as a whole (unexpected, killed)
+	FieldExec        = "exec"        // the exec as a whole (unexpected, killed, denied)
+	FieldAccess      = "access"      // a refused ptrace-class access (Got: who, to whom)
 	FieldErrno       = "errno"       // a failed exec
 	FieldOccurrences = "occurrences" // how often a hook ran
 	FieldOmitted     = "omitted"     // diffs left out (Got is the count)
@@ -284,7 +303,7 @@ const (
 // interpreter). A tracer that could not read an argv reports it empty with
 // Truncated set; one that could not read the identity reports 0.
 type Event struct {
-	Kind      string   `json:"kind"` // KindExec or KindFailed
+	Kind      string   `json:"kind"` // KindExec, KindFailed, KindDenied, KindPtraceDenied
 	PID       int      `json:"pid"`
 	PPID      int      `json:"ppid"`
 	Time      int64    `json:"time"`     // ns, monotonic; events are given in time order
@@ -295,6 +314,11 @@ type Event struct {
 	Ino       uint64   `json:"ino,omitempty"` // 0 when unknown (failed execs)
 	Errno     int      `json:"errno,omitempty"`
 	Killed    bool     `json:"killed,omitempty"` // enforce mode killed it
+	// Target and Mode (KindPtraceDenied): the process the access was
+	// for, and the PTRACE_MODE_* bits asked for (0: PTRACE_TRACEME, the
+	// target being the would-be tracer).
+	Target int    `json:"target,omitempty"`
+	Mode   uint32 `json:"mode,omitempty"`
 }
 
 // Stats is what the tracer says about its own coverage.
@@ -677,7 +701,7 @@ func (j *judge) evidence(s Stats) {
 	for i := range j.events {
 		e := &j.events[i]
 		truncated = truncated || e.Truncated
-		if e.Kind != KindExec && e.Kind != KindFailed {
+		if !knownKind(e.Kind) {
 			j.unknownKinds = true
 		}
 	}
@@ -829,6 +853,12 @@ func (j *judge) judgeEvents() {
 		switch {
 		case e.Kind == KindFailed:
 			j.judgeFailed(e)
+		case e.Kind == KindDenied:
+			j.contradict(ReasonDeniedExec)
+			j.diff(Diff{Rule: "denied", Field: FieldExec, Index: -1, Got: e.Filename + " (" + e.id().String() + ")", EventPID: e.PID})
+		case e.Kind == KindPtraceDenied:
+			j.contradict(ReasonDeniedPtrace)
+			j.diff(Diff{Rule: "denied-ptrace", Field: FieldAccess, Index: -1, Got: describeAccess(&e.Event), EventPID: e.PID})
 		case e.Kind != KindExec:
 			// Already a gap (event-kind-unknown); nothing to judge.
 		case i == j.engineAt || i == j.initAt:
@@ -1135,6 +1165,14 @@ func (j *judge) verdict() Verdict {
 
 // describe is an exec in one line for a diff: filename and quoted argv,
 // the argv cut after maxDescribe bytes.
+// describeAccess says who asked which access of whom.
+func describeAccess(e *Event) string {
+	if e.Mode == 0 {
+		return fmt.Sprintf("pid %d asked to be traced by pid %d", e.PID, e.Target)
+	}
+	return fmt.Sprintf("pid %d asked for pid %d (ptrace mode %#x)", e.PID, e.Target, e.Mode)
+}
+
 func describe(e *Event) string {
 	var b strings.Builder
 	b.WriteString(e.Filename)

@@ -128,6 +128,15 @@ func failed(pid, ppid int, path string, errno int, argv ...string) Event {
 	return Event{Kind: KindFailed, PID: pid, PPID: ppid, Filename: path, Argv: argv, Errno: errno}
 }
 
+// denied is an exec the BPF LSM refused in enforce mode: no argv.
+func denied(pid, ppid int, path string, id FileID) Event {
+	return Event{Kind: KindDenied, PID: pid, PPID: ppid, Filename: path, Dev: id.Dev, Ino: id.Ino, Errno: 1}
+}
+
+func ptraceDenied(pid, target int, mode uint32) Event {
+	return Event{Kind: KindPtraceDenied, PID: pid, PPID: 1, Target: target, Mode: mode, Errno: 1}
+}
+
 func truncated(e Event) Event { e.Truncated = true; return e }
 func killed(e Event) Event    { e.Killed = true; return e }
 
@@ -608,6 +617,33 @@ func TestVerify(t *testing.T) {
 			events: trace(claudeEngine(), auditHook(2), killed(gitStatus(3))),
 			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonKilledExec},
 				diffs: []diffWant{{rule: "killed", field: FieldExec, index: -1}}},
+		},
+		"denied exec (enforce, BPF LSM)": {
+			mode:   render.TraceEnforce,
+			events: trace(claudeEngine(), auditHook(2), denied(1, 0, "/usr/bin/curl", otherID)),
+			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonDeniedExec},
+				diffs: []diffWant{{rule: "denied", field: FieldExec, index: -1, got: "/usr/bin/curl (64:999)"}}},
+		},
+		"denied memfd exec": {
+			mode:   render.TraceEnforce,
+			events: trace(claudeEngine(), auditHook(2), denied(4, 1, "/dev/fd/3", FileID{Dev: 1, Ino: 2048})),
+			want:   verdictWant{status: StatusMismatch, reasons: []string{ReasonDeniedExec}},
+		},
+		"denied exec with lost events is still a mismatch": {
+			mode:   render.TraceEnforce,
+			stats:  &Stats{Attached: true, AttachedBeforeStart: true, Lost: 1},
+			events: trace(claudeEngine(), denied(1, 0, "/usr/bin/curl", otherID)),
+			want:   verdictWant{status: StatusMismatch, reasons: []string{ReasonDeniedExec, ReasonEventsLost}},
+		},
+		"denied ptrace-class access": {
+			events: trace(claudeEngine(), auditHook(2), ptraceDenied(4, 1, 0x12)),
+			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonDeniedPtrace},
+				diffs: []diffWant{{rule: "denied-ptrace", field: FieldAccess, index: -1, got: "pid 4 asked for pid 1 (ptrace mode 0x12)"}}},
+		},
+		"denied PTRACE_TRACEME": {
+			events: trace(claudeEngine(), auditHook(2), ptraceDenied(4, 1, 0)),
+			want: verdictWant{status: StatusMismatch, reasons: []string{ReasonDeniedPtrace},
+				diffs: []diffWant{{rule: "denied-ptrace", field: FieldAccess, index: -1, got: "pid 4 asked to be traced by pid 1"}}},
 		},
 		"contradiction wins over lost events": {
 			stats:  &Stats{Attached: true, AttachedBeforeStart: true, Lost: 5},
