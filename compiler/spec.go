@@ -118,7 +118,7 @@ type Limits struct {
 }
 
 type Trace struct {
-	Mode  string    `json:"mode,omitempty" doc:"off: no tracer; observe: record execs; verify: record and judge (default); enforce: the kernel kills execs outside the allowed set." enum:"off,observe,verify,enforce"`
+	Mode  string    `json:"mode,omitempty" doc:"off: no tracer; observe: record execs; verify: record and judge (default); enforce: the kernel stops execs outside the allowed set (refused with EPERM where the BPF LSM is available, else killed)." enum:"off,observe,verify,enforce"`
 	Allow *[]string `json:"allow,omitempty" doc:"Programs (from tools) the engine may exec. Absent: every declared tool. []: none."`
 }
 
