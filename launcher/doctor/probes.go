@@ -305,7 +305,7 @@ func bpfLSMCheck(h host) (bool, Check) {
 		return false, c
 	case slices.Contains(lsms, "bpf"):
 		c.Status = OK
-		c.Detail = fmt.Sprintf("bpf is an active LSM (%s): traced runs get ptrace-class access between their processes refused, /proc/<pid>/mem included, and enforce refuses unplanned execs with EPERM, if the kernel loads the programs (a run's trace says)", strings.Join(lsms, ","))
+		c.Detail = fmt.Sprintf("bpf is an active LSM (%s): traced runs get ptrace-class access between their processes refused, /proc/<pid>/mem included, and enforce refuses unplanned execs with EPERM, if the kernel also loads LSM programs (doctor loads none; a run without them says degraded: ptrace-denial-unavailable)", strings.Join(lsms, ","))
 		return true, c
 	}
 	c.Status = Warn
