@@ -84,7 +84,8 @@ type Policy struct {
 	// in Allowed.
 	Enforce bool
 	// Allowed are the executables the cgroup may run when enforcing: the
-	// identity of the executed file (for a #! script, its interpreter).
+	// identity of the executed file (for a #! script, its interpreter; the
+	// BPF LSM also checks the script itself, so both must be allowed).
 	// Ignored without Enforce.
 	Allowed []FileID
 }
