@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"hookbox.dev/hookbox/ebpf"
 	hostfacts "hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/daemon"
 )
@@ -147,6 +148,9 @@ const (
 // Run checks this host.
 func Run(ctx context.Context, opts Options) Report {
 	h := host{root: "/", euid: os.Geteuid(), uid: os.Getuid(), lookPath: exec.LookPath}
+	if h.euid == 0 {
+		h.loadLSM = loadTracerLSM
+	}
 	if u, err := user.Current(); err == nil {
 		h.user = u.Username
 	}
@@ -219,6 +223,10 @@ type host struct {
 	uid      int
 	user     string
 	lookPath func(string) (string, error)
+	// loadLSM, when set, loads the tracer with its BPF LSM programs and
+	// says whether they loaded and attached (nil) or why not: an active
+	// BPF LSM does not mean the kernel accepts LSM programs.
+	loadLSM func() error
 }
 
 // report runs the filesystem probes and assembles the report, given the
@@ -443,4 +451,15 @@ func leadingDigits(s string) string {
 		i++
 	}
 	return s[:i]
+}
+
+// loadTracerLSM loads the exec tracer the way a run does and reports
+// whether its BPF LSM programs attached.
+func loadTracerLSM() error {
+	t, err := ebpf.Load(ebpf.Options{})
+	if err != nil {
+		return fmt.Errorf("the exec tracer did not load: %w", err)
+	}
+	defer t.Close()
+	return t.LSM()
 }

@@ -303,9 +303,19 @@ func bpfLSMCheck(h host) (bool, Check) {
 	case err != nil:
 		c.Status, c.Detail, c.Fix = Warn, err.Error(), "check that "+hostfacts.LSMFile+" is readable (run as root)"
 		return false, c
-	case slices.Contains(lsms, "bpf"):
+	case slices.Contains(lsms, "bpf") && h.loadLSM == nil:
 		c.Status = OK
-		c.Detail = fmt.Sprintf("bpf is an active LSM (%s): traced runs get ptrace-class access between their processes refused, /proc/<pid>/mem included, and enforce refuses unplanned execs with EPERM, if the kernel also loads LSM programs (doctor loads none; a run without them says degraded: ptrace-denial-unavailable)", strings.Join(lsms, ","))
+		c.Detail = fmt.Sprintf("bpf is an active LSM (%s): traced runs get ptrace-class access between their processes refused, /proc/<pid>/mem included, and enforce refuses unplanned execs with EPERM, if the kernel also loads LSM programs (not probed without root; a run without them says degraded: ptrace-denial-unavailable)", strings.Join(lsms, ","))
+		return true, c
+	case slices.Contains(lsms, "bpf"):
+		if err := h.loadLSM(); err != nil {
+			c.Status = Warn
+			c.Detail = fmt.Sprintf("bpf is an active LSM (%s), but the tracer's LSM programs did not load here (%v): seccomp still denies ptrace and process_vm_* in every run, but /proc/<pid>/mem between a run's processes is not refused, and enforce kills unplanned execs instead of refusing them (runs say degraded: ptrace-denial-unavailable)", strings.Join(lsms, ","), err)
+			c.Fix = "a kernel that accepts BPF LSM (trampoline) programs from root: some VM kernels refuse every fentry/LSM program"
+			return false, c
+		}
+		c.Status = OK
+		c.Detail = fmt.Sprintf("bpf is an active LSM (%s) and the tracer's LSM programs loaded and attached: traced runs get ptrace-class access between their processes refused, /proc/<pid>/mem included, and enforce refuses unplanned execs with EPERM", strings.Join(lsms, ","))
 		return true, c
 	}
 	c.Status = Warn
