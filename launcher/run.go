@@ -80,6 +80,10 @@ type Options struct {
 	// RequireTrace turns an unavailable tracer into an error before Start
 	// instead of an unchecked verdict.
 	RequireTrace bool
+	// VerifyRunfiles re-hashes every runfiles store object the run mounts
+	// (runfiles.VerifyFull) instead of the quick check against each
+	// object's seal: it also finds an object whose seal was forged.
+	VerifyRunfiles bool
 	// Notify is the resolved notifier plan (notify.Resolve); the zero Plan
 	// is disabled. It runs after result.json is written, and result.json is
 	// then rewritten with its outcome; it never changes status or exit code.
@@ -288,13 +292,23 @@ func (x *execution) prepare() error {
 	if err != nil {
 		return err
 	}
-	x.progress("runfiles", "%d programs", len(x.r.Programs))
-	assembled, err := plan.Runfiles(x.ctx, store, x.r, nil)
+	check := RunfilesVerifyQuick
+	opts := runfiles.RenderOptions{Verify: runfiles.VerifyQuick}
+	if x.opts.VerifyRunfiles {
+		check, opts.Verify = RunfilesVerifyFull, runfiles.VerifyFull
+	}
+	x.progress("runfiles", "%d programs, %s check of the store", len(x.r.Programs), check)
+	assembled, err := plan.Runfiles(x.ctx, store, x.r, opts)
 	if err != nil {
 		return err
 	}
-	x.progress("runfiles", "%d files, %s copied, %s reused", assembled.Stats.Files,
-		humanBytes(assembled.Stats.BytesCopied), humanBytes(assembled.Stats.BytesReused))
+	st := assembled.Stats
+	x.result.Runfiles = &RunfilesResult{Verify: check, Files: st.Files, Rehashed: st.ObjectsRehashed, Repaired: assembled.Repairs}
+	for _, rep := range assembled.Repairs {
+		x.progress("runfiles", "replaced damaged store object %s (from %s): %s", rep.Object, rep.Path, rep.Reason)
+	}
+	x.progress("runfiles", "%d files, %s copied, %s reused, %d store objects re-hashed", st.Files,
+		humanBytes(st.BytesCopied), humanBytes(st.BytesReused), st.ObjectsRehashed)
 	x.treeDir = assembled.TreeDir
 	digest, canonical, err := x.r.Digest()
 	if err != nil {

@@ -67,7 +67,7 @@ func InitHostPath() (string, error) {
 // render.InitPath (InitHostPath), and records the manifest in r.Runfiles,
 // so the render's content digest covers the bytes that get mounted. It
 // refuses a render whose programs a container mount would hide.
-func Runfiles(ctx context.Context, store *runfiles.Store, r *render.Render, progress func(runfiles.Progress)) (*runfiles.Result, error) {
+func Runfiles(ctx context.Context, store *runfiles.Store, r *render.Render, opts runfiles.RenderOptions) (*runfiles.Result, error) {
 	var placed map[string]string
 	if r.Init != nil {
 		src, err := InitHostPath()
@@ -76,7 +76,7 @@ func Runfiles(ctx context.Context, store *runfiles.Store, r *render.Render, prog
 		}
 		placed = map[string]string{r.Init.Path: src}
 	}
-	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, placed, progress)
+	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, placed, opts)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", r.Spawn, err)
 	}

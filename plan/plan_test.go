@@ -78,12 +78,12 @@ func TestRunfilesHoldTheInit(t *testing.T) {
 	}
 	r := compileSpec(t, t.TempDir())
 	t.Setenv(InitEnv, filepath.Join(t.TempDir(), "absent"))
-	if _, err := Runfiles(ctx, store, r, nil); err == nil || !strings.Contains(err.Error(), "make build") {
+	if _, err := Runfiles(ctx, store, r, runfiles.RenderOptions{}); err == nil || !strings.Contains(err.Error(), "make build") {
 		t.Fatalf("a missing init: %v, want an error naming make build", err)
 	}
 	static := testenv.StaticELF(t) // a static ELF file, as hookbox-init is
 	t.Setenv(InitEnv, static)
-	if _, err := Runfiles(ctx, store, r, nil); err != nil {
+	if _, err := Runfiles(ctx, store, r, runfiles.RenderOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if i := slices.IndexFunc(r.Runfiles, func(e render.Runfile) bool { return e.Path == render.InitPath }); i < 0 || r.Runfiles[i].Type != render.RunfileFile {

@@ -229,18 +229,26 @@ feed:
 	return ctx.Err()
 }
 
+// RenderOptions are what AssembleRender leaves to its caller; see
+// Options for each.
+type RenderOptions struct {
+	Verify   Verify
+	Progress func(Progress)
+}
+
 // AssembleRender assembles the runfiles of every program of r at their
 // container paths (package trees with the packages they depend on,
 // Options.Packages), with the mount points the base image lacks (the
 // image's are given) and the placed files (tree path → host file: the
 // init), and records the manifest in r.Runfiles.
-func AssembleRender(ctx context.Context, s *Store, r *render.Render, imageMountPoints []string, placed map[string]string, progress func(Progress)) (*Result, error) {
+func AssembleRender(ctx context.Context, s *Store, r *render.Render, imageMountPoints []string, placed map[string]string, opts RenderOptions) (*Result, error) {
 	res, err := Assemble(ctx, s, r.ProgramPaths(), Options{
 		Packages:       r.PackagePaths(),
 		Dirs:           r.ExtraMountPoints(imageMountPoints),
 		ContainerPaths: true,
 		Placed:         placed,
-		Progress:       progress,
+		Verify:         opts.Verify,
+		Progress:       opts.Progress,
 	})
 	if err != nil {
 		return nil, err

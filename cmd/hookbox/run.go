@@ -47,7 +47,7 @@ func (e exitError) Error() string { return e.msg }
 
 func newRunCommand(h *hostFlags) *cobra.Command {
 	var spawn string
-	var jsonOut, requireTrace, noNotify, rootlessFlag bool
+	var jsonOut, requireTrace, noNotify, rootlessFlag, verifyRunfiles bool
 	var grace, notifyTimeout time.Duration
 	var notifyArgv string
 	var traceRingSize int
@@ -110,7 +110,7 @@ configuration error is reported there instead of failing the run.`,
 				return exitError{exitInfra, err.Error()}
 			}
 			plan := notify.Resolve(notifyconf.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn), global.Notify)
-			return runSpawn(ctx, cmd, r, backend, runFlags{dirs: dirs, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, secrets: global.Secrets})
+			return runSpawn(ctx, cmd, r, backend, runFlags{dirs: dirs, json: jsonOut, grace: grace, requireTrace: requireTrace, verifyRunfiles: verifyRunfiles, notify: plan, secrets: global.Secrets})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
@@ -120,6 +120,7 @@ configuration error is reported there instead of failing the run.`,
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
 	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
 	cmd.Flags().BoolVar(&requireTrace, "require-trace", false, "fail before the engine starts when the exec tracer is unavailable")
+	cmd.Flags().BoolVar(&verifyRunfiles, "verify-runfiles", false, "re-hash every runfiles store object the run mounts before its container is created, instead of the quick check against each object's seal (CI; catches a forged seal too)")
 	cmd.Flags().IntVar(&traceRingSize, "trace-ring-size", 0, "ring buffer bytes of the exec tracer when hookbox loads it itself, not through a tracer helper (a power of two, default 4 MiB); a burst of execs beyond it is lost and the verdict unchecked (events-lost)")
 	cmd.Flags().StringVar(&notifyArgv, "notify", "", `notifier argv for this run, as a JSON list ('["/usr/local/bin/post", "{payload}"]') or a string split as POSIX words without shell features; overrides the spec and global config`)
 	cmd.Flags().DurationVar(&notifyTimeout, "notify-timeout", 0, "deadline of the --notify notifier (default 30s)")
@@ -128,12 +129,13 @@ configuration error is reported there instead of failing the run.`,
 }
 
 type runFlags struct {
-	dirs         hostDirs
-	json         bool
-	grace        time.Duration
-	requireTrace bool
-	notify       notify.Plan
-	secrets      secretsconf.Lookup
+	dirs           hostDirs
+	json           bool
+	grace          time.Duration
+	requireTrace   bool
+	verifyRunfiles bool
+	notify         notify.Plan
+	secrets        secretsconf.Lookup
 }
 
 func pickSpawn(renders []*render.Render, name, file string) (*render.Render, error) {
@@ -161,7 +163,7 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 	}
 	defer backend.Close()
 	opts := launcher.Options{Backend: backend, StateDir: f.dirs.state, CacheDir: f.dirs.cache, Grace: f.grace, Version: version,
-		RequireTrace: f.requireTrace, Notify: f.notify, SecretLookup: f.secrets}
+		RequireTrace: f.requireTrace, VerifyRunfiles: f.verifyRunfiles, Notify: f.notify, SecretLookup: f.secrets}
 	if f.notify.Warning != "" && !f.json {
 		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
 	}
