@@ -355,7 +355,7 @@ func (s *Store) put(ctx context.Context, path string, key statKey, hostMode uint
 	}
 	st, err := s.ingest(ctx, path, key, hostMode, hint, full)
 	st.rehashed = st.rehashed || rehashed
-	if repair != nil { // what the first look found
+	if repair != nil && st.repair != nil { // replaced: say what the first look found
 		st.repair = repair
 	}
 	return st, err
