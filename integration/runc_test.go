@@ -89,7 +89,7 @@ func assembleBundle(t *testing.T, spec string, specDir string) *bundle {
 	}
 	// The init as plan.Runfiles places it (hookbox-init at render.InitPath).
 	initBin := buildStatic(t, "hookbox.dev/hookbox/cmd/hookbox-init", programDir(t))
-	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, map[string]string{r.Init.Path: initBin}, nil)
+	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, map[string]string{r.Init.Path: initBin}, runfiles.RenderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"hookbox.dev/hookbox/notify"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/render/verify"
+	"hookbox.dev/hookbox/runfiles"
 )
 
 // Status is a run result's terminal status. Statuses are snake_case and
@@ -109,6 +110,27 @@ type Result struct {
 	// Attestation is the run's in-toto statement (attestation.dsse.json),
 	// signed or not (docs/attestation.md).
 	Attestation *AttestationResult `json:"attestation,omitempty"`
+	// Runfiles is how the runfiles store objects the run mounts were
+	// checked, once they were assembled.
+	Runfiles *RunfilesResult `json:"runfiles,omitempty"`
+}
+
+// The checks of the runfiles store before a run (RunfilesResult.Verify).
+const (
+	RunfilesVerifyQuick = "quick" // stat and seal of each object; re-hash where the seal differs
+	RunfilesVerifyFull  = "full"  // every object re-hashed (--verify-runfiles)
+)
+
+// RunfilesResult is the runfiles section of result.json.
+type RunfilesResult struct {
+	Verify string `json:"verify"` // RunfilesVerifyQuick or RunfilesVerifyFull
+	Files  int    `json:"files"`  // file entries of the manifest
+	// Rehashed counts store objects read to check them: all with full,
+	// those whose seal differed with quick.
+	Rehashed int `json:"rehashed"`
+	// Repaired lists the store objects found damaged and replaced from
+	// their host files before the run (tampering, or a failing disk).
+	Repaired []runfiles.Repair `json:"repaired,omitempty"`
 }
 
 // NotifyResult is the notify section of result.json.

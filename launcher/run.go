@@ -81,6 +81,10 @@ type Options struct {
 	// RequireTrace turns an unavailable tracer into an error before Start
 	// instead of an unchecked verdict.
 	RequireTrace bool
+	// VerifyRunfiles re-hashes every runfiles store object the run mounts
+	// (runfiles.VerifyFull) instead of the quick check against each
+	// object's seal: it also finds an object whose seal was forged.
+	VerifyRunfiles bool
 	// Notify is the resolved notifier plan (notify.Resolve); the zero Plan
 	// is disabled. It runs after result.json is written, and result.json is
 	// then rewritten with its outcome; it never changes status or exit code.
@@ -298,13 +302,22 @@ func (x *execution) prepare() error {
 		return err
 	}
 
-	x.progress("runfiles", "%d programs", len(x.r.Programs))
+	check := RunfilesVerifyQuick
+	if x.opts.VerifyRunfiles {
+		check = RunfilesVerifyFull
+	}
+	x.progress("runfiles", "%d programs, %s check of the store", len(x.r.Programs), check)
 	assembled, err := x.runfiles()
 	if err != nil {
 		return err
 	}
-	x.progress("runfiles", "%d files, %s copied, %s reused", assembled.Stats.Files,
-		humanBytes(assembled.Stats.BytesCopied), humanBytes(assembled.Stats.BytesReused))
+	st := assembled.Stats
+	x.result.Runfiles = &RunfilesResult{Verify: check, Files: st.Files, Rehashed: st.ObjectsRehashed, Repaired: assembled.Repairs}
+	for _, rep := range assembled.Repairs {
+		x.progress("runfiles", "replaced damaged store object %s (from %s): %s", rep.Object, rep.Path, rep.Reason)
+	}
+	x.progress("runfiles", "%d files, %s copied, %s reused, %d store objects re-hashed", st.Files,
+		humanBytes(st.BytesCopied), humanBytes(st.BytesReused), st.ObjectsRehashed)
 	x.treeDir = assembled.TreeDir
 	digest, canonical, err := x.r.Digest()
 	if err != nil {
@@ -382,7 +395,17 @@ func (x *execution) runfiles() (*runfiles.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return plan.Runfiles(x.ctx, store, x.r, nil)
+	return plan.Runfiles(x.ctx, store, x.r, RunfilesOptions(x.opts.VerifyRunfiles))
+}
+
+// RunfilesOptions are the runfiles stage's options for a run: the quick
+// check of the store, or with verify (--verify-runfiles) every object
+// re-hashed.
+func RunfilesOptions(verify bool) runfiles.RenderOptions {
+	if verify {
+		return runfiles.RenderOptions{Verify: runfiles.VerifyFull}
+	}
+	return runfiles.RenderOptions{Verify: runfiles.VerifyQuick}
 }
 
 // retry runs a cleanup step up to five times, 100 ms apart: a resource can

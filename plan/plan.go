@@ -67,7 +67,7 @@ func InitHostPath() (string, error) {
 // render.InitPath (InitHostPath), and records the manifest in r.Runfiles,
 // so the render's content digest covers the bytes that get mounted. It
 // refuses a render whose programs a container mount would hide.
-func Runfiles(ctx context.Context, store *runfiles.Store, r *render.Render, progress func(runfiles.Progress)) (*runfiles.Result, error) {
+func Runfiles(ctx context.Context, store *runfiles.Store, r *render.Render, opts runfiles.RenderOptions) (*runfiles.Result, error) {
 	var placed map[string]string
 	if r.Init != nil {
 		src, err := InitHostPath()
@@ -76,7 +76,7 @@ func Runfiles(ctx context.Context, store *runfiles.Store, r *render.Render, prog
 		}
 		placed = map[string]string{r.Init.Path: src}
 	}
-	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, placed, progress)
+	res, err := runfiles.AssembleRender(ctx, store, r, images.MountPoints, placed, opts)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", r.Spawn, err)
 	}
@@ -96,7 +96,7 @@ var ErrDigestRefused = errors.New("refused")
 // for the run to mount rather than assemble again: the tree it checked is
 // the tree that runs. It creates nothing but store entries; a refusal
 // wraps ErrDigestRefused and names both digests of r.
-func CheckDigest(ctx context.Context, store *runfiles.Store, r *render.Render, want string) (*runfiles.Result, error) {
+func CheckDigest(ctx context.Context, store *runfiles.Store, r *render.Render, want string, opts runfiles.RenderOptions) (*runfiles.Result, error) {
 	d, err := r.Digests()
 	if err != nil {
 		return nil, err
@@ -106,7 +106,7 @@ func CheckDigest(ctx context.Context, store *runfiles.Store, r *render.Render, w
 	}
 	var assembled *runfiles.Result
 	if d.Content == "" {
-		if assembled, err = Runfiles(ctx, store, r, nil); err != nil {
+		if assembled, err = Runfiles(ctx, store, r, opts); err != nil {
 			return nil, err
 		}
 		if d, err = r.Digests(); err != nil {

@@ -78,12 +78,12 @@ func TestRunfilesHoldTheInit(t *testing.T) {
 	}
 	r := compileSpec(t, t.TempDir())
 	t.Setenv(InitEnv, filepath.Join(t.TempDir(), "absent"))
-	if _, err := Runfiles(ctx, store, r, nil); err == nil || !strings.Contains(err.Error(), "make build") {
+	if _, err := Runfiles(ctx, store, r, runfiles.RenderOptions{}); err == nil || !strings.Contains(err.Error(), "make build") {
 		t.Fatalf("a missing init: %v, want an error naming make build", err)
 	}
 	static := testenv.StaticELF(t) // a static ELF file, as hookbox-init is
 	t.Setenv(InitEnv, static)
-	if _, err := Runfiles(ctx, store, r, nil); err != nil {
+	if _, err := Runfiles(ctx, store, r, runfiles.RenderOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if i := slices.IndexFunc(r.Runfiles, func(e render.Runfile) bool { return e.Path == render.InitPath }); i < 0 || r.Runfiles[i].Type != render.RunfileFile {
@@ -108,7 +108,7 @@ func TestCheckDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := fresh()
-	if _, err := Runfiles(ctx, store, full, nil); err != nil {
+	if _, err := Runfiles(ctx, store, full, runfiles.RenderOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	content, _, err := full.Digest()
@@ -117,15 +117,15 @@ func TestCheckDigest(t *testing.T) {
 	}
 
 	r := fresh()
-	if assembled, err := CheckDigest(ctx, store, r, planned.Plan); err != nil || assembled != nil || len(r.Runfiles) > 0 {
+	if assembled, err := CheckDigest(ctx, store, r, planned.Plan, runfiles.RenderOptions{}); err != nil || assembled != nil || len(r.Runfiles) > 0 {
 		t.Errorf("the plan digest: %v, assembled %v; want accepted without assembling", err, assembled)
 	}
 	r = fresh()
-	if assembled, err := CheckDigest(ctx, store, r, content); err != nil || assembled == nil || len(r.Runfiles) == 0 {
+	if assembled, err := CheckDigest(ctx, store, r, content, runfiles.RenderOptions{}); err != nil || assembled == nil || len(r.Runfiles) == 0 {
 		t.Errorf("the content digest: %v, assembled %v; want accepted with the runfiles assembled", err, assembled)
 	}
 	wrong := "sha256:" + strings.Repeat("0", 64)
-	_, err = CheckDigest(ctx, store, fresh(), wrong)
+	_, err = CheckDigest(ctx, store, fresh(), wrong, runfiles.RenderOptions{})
 	if !errors.Is(err, ErrDigestRefused) || !strings.Contains(err.Error(), planned.Plan) || !strings.Contains(err.Error(), content) {
 		t.Errorf("another digest: %v; want ErrDigestRefused naming %s and %s", err, planned.Plan, content)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,16 @@ type Result struct {
 	// "/": mount it (as the top lower layer) at the container's root.
 	TreeDir string
 	Stats   Stats
+	// Repairs are the store objects found damaged and replaced from their
+	// host files (tampering, or a failing disk): what the caller reports.
+	Repairs []Repair
+}
+
+// Repair is one damaged store object replaced from its host file.
+type Repair struct {
+	Path   string `json:"path"`   // the host file read again
+	Object string `json:"object"` // the store object replaced
+	Reason string `json:"reason"` // what was wrong with it
 }
 
 // Stats count the work Assemble did, for progress output and benchmarks.
@@ -40,8 +51,14 @@ type Stats struct {
 	BytesCopied int64
 	// BytesReused counts file bytes served by objects already in the store.
 	BytesReused int64
+	// ObjectsRehashed and BytesRehashed count existing store objects read
+	// to check them: every one with VerifyFull, otherwise those whose seal
+	// differs (see the package doc).
+	ObjectsRehashed int
+	BytesRehashed   int64
 	// Repaired counts store objects found damaged and replaced from the
-	// host file; TreeReplaced, an existing tree found damaged and rebuilt.
+	// host file (len(Result.Repairs)); TreeReplaced, an existing tree
+	// found damaged and rebuilt.
 	Repaired     int
 	TreeBuilt    bool
 	TreeReplaced bool
@@ -101,71 +118,47 @@ func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Option
 		}
 	}
 	res := &Result{Stats: Stats{Entries: len(manifest), Files: len(files)}}
-	objects := make(map[string]fs.FileInfo, len(files))
-
+	objects := make(map[string]objectUse, len(files))
 	var (
-		mu       sync.Mutex
-		firstErr error
-		done     int
-		wg       sync.WaitGroup
-		next     = make(chan int)
-		newObj   bool
+		mu     sync.Mutex
+		done   int
+		newObj bool
 	)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	workers := min(runtime.GOMAXPROCS(0), len(files))
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				e := manifest[i]
-				st, err := s.put(ctx, p.source(e.Path), p.keys[e.Path], e.Mode, opts.Verify)
-				mu.Lock()
-				if err != nil {
-					if firstErr == nil {
-						firstErr = fmt.Errorf("%s: %w", p.source(e.Path), err)
-						cancel()
-					}
-					mu.Unlock()
-					continue
-				}
-				manifest[i].Size, manifest[i].SHA256 = st.size, st.sha
-				objects[e.Path] = st.object
-				if st.hashed {
-					res.Stats.FilesHashed++
-					res.Stats.BytesHashed += st.size
-				}
-				res.Stats.BytesCopied += st.copied
-				res.Stats.BytesReused += st.reused
-				newObj = newObj || st.copied > 0
-				if st.repair {
-					res.Stats.Repaired++
-				}
-				done++
-				if opts.Progress != nil {
-					opts.Progress(Progress{Path: e.Path, Bytes: st.size, Hashed: st.hashed, Done: done, Total: len(files)})
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-feed:
-	for _, i := range files {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
+	err = parallel(ctx, len(files), func(ctx context.Context, k int) error {
+		e := manifest[files[k]]
+		st, err := s.put(ctx, p.source(e.Path), p.keys[e.Path], e.Mode, opts.Verify)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.source(e.Path), err)
 		}
-	}
-	close(next)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	if err := ctx.Err(); err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		manifest[files[k]].Size, manifest[files[k]].SHA256 = st.size, st.sha
+		objects[e.Path] = objectUse{fi: st.object, key: p.keys[e.Path], record: st.record}
+		if st.hashed {
+			res.Stats.FilesHashed++
+			res.Stats.BytesHashed += st.size
+		}
+		res.Stats.BytesCopied += st.copied
+		res.Stats.BytesReused += st.reused
+		if st.rehashed {
+			res.Stats.ObjectsRehashed++
+			res.Stats.BytesRehashed += st.size
+		}
+		newObj = newObj || st.copied > 0
+		if st.repair != nil {
+			res.Repairs = append(res.Repairs, *st.repair)
+		}
+		done++
+		if opts.Progress != nil {
+			opts.Progress(Progress{Path: e.Path, Bytes: st.size, Hashed: st.hashed, Done: done, Total: len(files)})
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
+	slices.SortFunc(res.Repairs, func(a, b Repair) int { return strings.Compare(a.Object, b.Object) })
+	res.Stats.Repaired = len(res.Repairs)
 	if newObj {
 		for _, mode := range []fs.FileMode{0o555, 0o444} {
 			if err := syncDir(s.objectsDir(mode)); err != nil {
@@ -190,18 +183,72 @@ feed:
 	return res, nil
 }
 
+// objectUse is the store object a file entry uses, as it was checked.
+type objectUse struct {
+	fi     fs.FileInfo // its stat, recorded as its seal
+	key    statKey     // the host file's stat-cache key
+	record statRecord  // the stat-cache entry written for it
+}
+
+// parallel calls fn for 0..n-1 on GOMAXPROCS goroutines and returns the
+// first error, after which the indexes not yet started are skipped and
+// fn's context is cancelled.
+func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		once     sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+		next     = make(chan int)
+	)
+	for range min(runtime.GOMAXPROCS(0), n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { firstErr = err; cancel() })
+				}
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}
+
+// RenderOptions are what AssembleRender leaves to its caller; see
+// Options for each.
+type RenderOptions struct {
+	Verify   Verify
+	Progress func(Progress)
+}
+
 // AssembleRender assembles the runfiles of every program of r at their
 // container paths (package trees with the packages they depend on,
 // Options.Packages), with the mount points the base image lacks (the
 // image's are given) and the placed files (tree path → host file: the
 // init), and records the manifest in r.Runfiles.
-func AssembleRender(ctx context.Context, s *Store, r *render.Render, imageMountPoints []string, placed map[string]string, progress func(Progress)) (*Result, error) {
+func AssembleRender(ctx context.Context, s *Store, r *render.Render, imageMountPoints []string, placed map[string]string, opts RenderOptions) (*Result, error) {
 	res, err := Assemble(ctx, s, r.ProgramPaths(), Options{
 		Packages:       r.PackagePaths(),
 		Dirs:           r.ExtraMountPoints(imageMountPoints),
 		ContainerPaths: true,
 		Placed:         placed,
-		Progress:       progress,
+		Verify:         opts.Verify,
+		Progress:       opts.Progress,
 	})
 	if err != nil {
 		return nil, err

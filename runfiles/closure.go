@@ -47,9 +47,12 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 type Verify int
 
 const (
-	// VerifyQuick checks type, size, mode and the seal mtime of each object.
+	// VerifyQuick checks type, size, mode and the seal mtime of each
+	// object, and compares its stat with its seal (inode and ctime among
+	// them, see the package doc): an object whose seal differs is
+	// re-hashed.
 	VerifyQuick Verify = iota
-	// VerifyFull also re-hashes each object's content.
+	// VerifyFull re-hashes every object, whatever its seal says.
 	VerifyFull
 )
 

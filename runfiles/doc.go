@@ -53,7 +53,7 @@
 // by the host owner, and because they must be read-only: a file is 0555 when
 // the host mode has any execute bit and 0444 otherwise; a directory is 0555.
 // TreeMode gives the mapping. Every tree file has the modification time
-// 1970-01-01T00:00:01Z (the store's seal, see below), so tools that compare
+// 1970-01-01T00:00:01Z (the seal mtime, see Store), so tools that compare
 // source and cache mtimes (Python's timestamp-based .pyc) treat their caches
 // as stale: they still work, without the cache.
 //
@@ -63,7 +63,8 @@
 //
 //	runfiles/sha256/<hex>        content of executables, mode 0555
 //	runfiles/sha256-0444/<hex>   content of other files, mode 0444
-//	runfiles/stat/<key>          stat cache: host file identity → digest
+//	runfiles/stat/<key>          stat cache: host file identity → digest,
+//	                             and the seal of the object holding it
 //	runfiles/trees/<hex>/        assembled trees, <hex> = manifest digest
 //	runfiles/tmp/                objects and trees being written
 //
@@ -87,13 +88,46 @@
 // (a same-size write within the same timestamp tick could hide), so freshly
 // written files are re-read until they age.
 //
+// # Seals
+//
+// The mtime of an object is no proof: user space can set it back after
+// editing the object in place. Each stat-cache entry therefore also holds
+// the seal of the object its digest names: (device, inode, size, mode,
+// mtime ns, ctime ns) of the object's inode when its content was last
+// known to match its name. The kernel sets the ctime to the current time
+// on every write, chmod, chown, link and unlink, and user space cannot set
+// it back, so an object edited in place no longer matches its seal.
+//
+// A seal is taken when the object is stored (from the stat of the file
+// that was written, once its temporary name is gone: a rename or unlink
+// changes the ctime too), after a re-hash that finds the object intact,
+// and after Assemble builds a tree: each hard link into the new tree
+// changes its object's ctime, so every object still the inode that was
+// checked, with nothing but its ctime moved forward, is sealed again.
+// Without that, every new tree would cost a re-hash of all its objects on
+// the next run. Other changes of the ctime are not the store's: a tree
+// removed by hand or by a collector, or objects shared by host files of
+// different keys (the same bytes at two paths, one of them in a new
+// tree), cost one re-hash of the objects concerned, which seals them
+// again. A store written before seals existed is re-hashed once.
+//
+// What the seal does not cover: whoever can write the store (its owner,
+// root) can rewrite the stat-cache entry too, and so forge a seal; and on
+// a kernel with coarse timestamps, an edit within the same tick (a few
+// milliseconds) as a legitimate ctime change just before a seal keeps the
+// sealed ctime. VerifyFull holds against both.
+//
 // # Verification
 //
 // Every Assemble checks every store object it uses before building or
 // reusing a tree. VerifyQuick (the default) checks type, size, mode and the
-// seal mtime (any write moves the mtime; one lstat per file). VerifyFull
-// also re-hashes every object. A missing or damaged object is replaced from
-// the host file (counted in Stats.Repaired). An existing tree is reused only
+// seal mtime, then compares the object's stat with its seal (one lstat per
+// file, the seal coming with the stat-cache entry already read); an object
+// whose seal differs is re-hashed (Stats.ObjectsRehashed) and sealed again
+// if intact. VerifyFull re-hashes every object (hookbox run
+// --verify-runfiles). A missing or damaged object is replaced from the
+// host file, read and hashed again as when first stored (Result.Repairs
+// names each with what was wrong with it). An existing tree is reused only
 // when a walk finds exactly the manifest's entries with the right types,
 // modes and link texts, and each file is the very inode of its store object
 // (or, for the rare copied file, has the right content); otherwise it is

@@ -305,7 +305,7 @@ func TestAssembleRenderPackage(t *testing.T) {
 		{Path: "/bin/sh", HostPath: "/bin/sh", Roles: []string{render.RoleEngine}},
 		{Path: render.ContainerPath(tr.app), HostPath: tr.app, Roles: []string{render.RolePackage, render.RoleTool}},
 	}}
-	if _, err := AssembleRender(context.Background(), s, r, nil, nil, nil); err != nil {
+	if _, err := AssembleRender(context.Background(), s, r, nil, nil, RenderOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	has := func(host string) bool {

@@ -1,7 +1,6 @@
 package runfiles
 
 import (
-	"io/fs"
 	"path"
 	"slices"
 	"strings"
@@ -17,7 +16,7 @@ import (
 // container. Placed files (Options.Placed) and their parents stay too:
 // their path is already the container's. objects, keyed by path, is
 // re-keyed alongside. The result is sorted by path.
-func relocate(manifest []render.Runfile, objects map[string]fs.FileInfo, keep []string, placed map[string]string) []render.Runfile {
+func relocate[V any](manifest []render.Runfile, objects map[string]V, keep []string, placed map[string]string) []render.Runfile {
 	kept := map[string]bool{}
 	for _, k := range keep {
 		for d := k; d != "/" && d != "."; d = path.Dir(d) {

@@ -2,10 +2,16 @@
 
 package runfiles
 
-import "io/fs"
+import (
+	"io/fs"
+	"os"
+)
 
 // statKeyOf returns what a portable stat offers: no inode and no ctime, so
 // on these systems the stat cache is much weaker. hookbox runs on Linux.
 func statKeyOf(fi fs.FileInfo) statKey {
 	return statKey{Size: fi.Size(), MtimeNS: fi.ModTime().UnixNano()}
 }
+
+// readRecord reads a small store record (a stat-cache entry, a seal).
+func readRecord(path string) ([]byte, error) { return os.ReadFile(path) }

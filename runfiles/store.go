@@ -13,13 +13,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
 // sealTime is the modification time of every store object (and so of every
-// tree file, which shares its inode). Any write moves it, so the quick check
-// notices a modified object with one lstat.
+// tree file, which shares its inode). Any write moves it; user space can
+// set it back, which is why the quick check compares the object's seal
+// (objectSeal) too.
 var sealTime = time.Unix(1, 0)
 
 // racyWindow: a stat-cache entry is trusted only when the file's ctime is
@@ -28,8 +30,15 @@ var sealTime = time.Unix(1, 0)
 // otherwise go unseen on filesystems with coarse timestamps.
 const racyWindow = 2 * time.Second
 
-// copyBufSize is the read size when storing a file.
+// copyBufSize is the read size when storing or hashing a file.
 const copyBufSize = 1 << 20
+
+// copyBufs recycles copy buffers: allocating one per file would make
+// hashing 20,000 small files mostly a matter of zeroing memory.
+var copyBufs = sync.Pool{New: func() any { return new([copyBufSize]byte) }}
+
+// maxRecord bounds a stat-cache entry (under 300 bytes with its seal).
+const maxRecord = 1024
 
 // Store is a content-addressed store of runfiles and the trees assembled
 // from it, under one root directory (see the package doc for the layout).
@@ -75,7 +84,7 @@ func (s *Store) tmpDir() string   { return filepath.Join(s.root, "runfiles", "tm
 // executables (any x bit in hostMode) and other files live in separate
 // directories because a tree's hard link shares its object's mode.
 func (s *Store) ObjectPath(sha256Hex string, hostMode uint32) string {
-	return filepath.Join(s.objectsDir(objectMode(hostMode)), sha256Hex)
+	return s.object(sha256Hex, 0, hostMode).path
 }
 
 // TreePath is where the tree of the manifest with digest manifestDigest
@@ -98,31 +107,34 @@ type statRecord struct {
 	Size   int64  `json:"size"`
 	// ReadNS is when the read that produced SHA256 started.
 	ReadNS int64 `json:"read_ns"`
+	// Object is the seal of the store object holding SHA256, as last
+	// checked through this entry (zero: unknown, the object is hashed).
+	Object objectSeal `json:"object"`
 }
 
-// lookupStat returns the digest recorded for key, if it can be trusted.
-func (s *Store) lookupStat(key statKey) (statRecord, bool) {
+// lookupStat returns the entry recorded for key. trusted reports whether
+// its digest can be believed without reading the host file; an untrusted
+// entry (racily clean) still tells the seal of the object it names.
+func (s *Store) lookupStat(key statKey) (r statRecord, found, trusted bool) {
 	if !key.usable() {
-		return statRecord{}, false
+		return statRecord{}, false, false
 	}
-	b, err := os.ReadFile(filepath.Join(s.statDir(), key.String()))
+	b, err := readRecord(filepath.Join(s.statDir(), key.String()))
 	if err != nil {
-		return statRecord{}, false
+		return statRecord{}, false, false
 	}
-	var r statRecord
 	if json.Unmarshal(b, &r) != nil || len(r.SHA256) != 64 || r.Size != key.Size {
-		return statRecord{}, false
+		return statRecord{}, false, false
 	}
 	if _, err := hex.DecodeString(r.SHA256); err != nil {
-		return statRecord{}, false
+		return statRecord{}, false, false
 	}
-	if key.CtimeNS > r.ReadNS-int64(racyWindow) {
-		return statRecord{}, false // racily clean: read again
-	}
-	return r, true
+	// Racily clean: the file may have changed within its ctime's tick.
+	return r, true, key.CtimeNS <= r.ReadNS-int64(racyWindow)
 }
 
-// recordStat writes a stat-cache entry (temporary file, then rename).
+// recordStat writes a stat-cache entry (temporary file, then rename; not
+// fsynced: an entry lost in a crash only costs a read).
 func (s *Store) recordStat(key statKey, r statRecord) error {
 	if !key.usable() {
 		return nil
@@ -157,29 +169,123 @@ const (
 	objectDamaged
 )
 
-// checkObject checks the store object at path against the expected size,
-// mode and, with full, content.
-func checkObject(path string, size int64, mode fs.FileMode, sha string, full bool) (objectState, fs.FileInfo, error) {
-	fi, err := os.Lstat(path)
+// storeObject is a store object as a manifest entry expects it.
+type storeObject struct {
+	path string // in objectsDir(mode)
+	sha  string
+	size int64
+	mode fs.FileMode
+}
+
+// object is where the store keeps content sha of size bytes for a file
+// with host mode hostMode.
+func (s *Store) object(sha string, size int64, hostMode uint32) storeObject {
+	mode := objectMode(hostMode)
+	return storeObject{path: filepath.Join(s.objectsDir(mode), sha), sha: sha, size: size, mode: mode}
+}
+
+// statMismatch says what in fi, the object's stat, no intact object can
+// have; "" when nothing.
+func (o storeObject) statMismatch(fi fs.FileInfo) string {
+	switch {
+	case !fi.Mode().IsRegular():
+		return fmt.Sprintf("not a regular file (%v)", fi.Mode().Type())
+	case fi.Mode() != o.mode:
+		return fmt.Sprintf("mode %v, want %v", fi.Mode(), o.mode)
+	case fi.Size() != o.size:
+		return fmt.Sprintf("size %d, want %d", fi.Size(), o.size)
+	case !fi.ModTime().Equal(sealTime):
+		return fmt.Sprintf("mtime %s, not the seal time", fi.ModTime().UTC().Format(time.RFC3339Nano))
+	}
+	return ""
+}
+
+// objectSeal is what the kernel said about an object's inode when its
+// content was last known to match its name: just stored from a verified
+// read, re-hashed and found intact, or linked into a tree Assemble built
+// (a link changes the ctime, so the seal is taken again after it). It is
+// kept in the stat-cache entry of each host file the object holds. Any
+// write moves the ctime, and user space cannot set a ctime back, so an
+// object edited in place and given back its size, mode and seal mtime no
+// longer matches its seal. Its owner can still rewrite the seal itself:
+// only VerifyFull, which re-hashes, holds against that.
+type objectSeal struct {
+	Dev     uint64      `json:"dev"`
+	Ino     uint64      `json:"ino"`
+	Size    int64       `json:"size"`
+	Mode    fs.FileMode `json:"mode"`
+	MtimeNS int64       `json:"mtime_ns"`
+	CtimeNS int64       `json:"ctime_ns"`
+}
+
+func sealOf(fi fs.FileInfo) objectSeal {
+	k := statKeyOf(fi)
+	return objectSeal{Dev: k.Dev, Ino: k.Ino, Size: k.Size, Mode: fi.Mode(), MtimeNS: k.MtimeNS, CtimeNS: k.CtimeNS}
+}
+
+// matches reports whether fi, an object's stat now, is this seal. A seal
+// without an inode or a ctime (unknown, or not Linux) matches nothing.
+func (seal objectSeal) matches(fi fs.FileInfo) bool {
+	return seal.Ino != 0 && seal.CtimeNS != 0 && sealOf(fi) == seal
+}
+
+// objectCheck is the outcome of checking a store object.
+type objectCheck struct {
+	state    objectState
+	fi       fs.FileInfo // the object's stat, when present: its seal if intact
+	rehashed bool        // its content was read and hashed
+	why      string      // what is wrong with a damaged object
+}
+
+// checkObject checks the store object o: its stat against what every
+// intact object has, then against seal; when the seal differs (or with
+// full) its content is hashed. The caller records fi of an intact object
+// as its seal.
+func checkObject(o storeObject, seal objectSeal, full bool) (objectCheck, error) {
+	fi, err := os.Lstat(o.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return objectMissing, nil, nil
+		return objectCheck{state: objectMissing}, nil
 	}
 	if err != nil {
-		return 0, nil, err
+		return objectCheck{}, err
 	}
-	if !fi.Mode().IsRegular() || fi.Mode() != mode || fi.Size() != size || !fi.ModTime().Equal(sealTime) {
-		return objectDamaged, fi, nil
+	if why := o.statMismatch(fi); why != "" {
+		return objectCheck{state: objectDamaged, fi: fi, why: why}, nil
 	}
-	if full {
-		got, err := hashFile(path)
-		if err != nil {
-			return 0, nil, err
+	sealed := seal.matches(fi)
+	if sealed && !full {
+		return objectCheck{state: objectOK, fi: fi}, nil
+	}
+	// Hash the inode that is open, and judge (and seal) its stat from
+	// before the read: a write during the read moves the ctime past it.
+	f, err := os.OpenFile(o.path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return objectCheck{state: objectMissing}, nil
+	}
+	if err != nil {
+		return objectCheck{}, err
+	}
+	defer f.Close()
+	opened, err := f.Stat()
+	if err != nil {
+		return objectCheck{}, err
+	}
+	c := objectCheck{fi: opened, rehashed: true}
+	if why := o.statMismatch(opened); why != "" {
+		c.state, c.why = objectDamaged, why
+		return c, nil
+	}
+	got, err := hashOf(f)
+	if err != nil {
+		return objectCheck{}, err
+	}
+	if got != o.sha {
+		c.state, c.why = objectDamaged, "content hashes to "+got
+		if sealed {
+			c.why += ", although its seal matches (rewritten too)"
 		}
-		if got != sha {
-			return objectDamaged, fi, nil
-		}
 	}
-	return objectOK, fi, nil
+	return c, nil
 }
 
 // hashFile returns the lowercase hex sha256 of the file at path.
@@ -189,8 +295,19 @@ func hashFile(path string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
+	return hashOf(f)
+}
+
+// onlyReader hides a source's WriterTo (os.File has one), which
+// io.CopyBuffer would use instead of the buffer it is given.
+type onlyReader struct{ io.Reader }
+
+// hashOf returns the lowercase hex sha256 of what r holds.
+func hashOf(r io.Reader) (string, error) {
+	buf := copyBufs.Get().(*[copyBufSize]byte)
+	defer copyBufs.Put(buf)
 	h := sha256.New()
-	if _, err := io.CopyBuffer(h, f, make([]byte, copyBufSize)); err != nil {
+	if _, err := io.CopyBuffer(h, onlyReader{r}, buf[:]); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
@@ -198,39 +315,71 @@ func hashFile(path string) (string, error) {
 
 // stored is the outcome of putting one host file in the store.
 type stored struct {
-	sha    string
-	size   int64
-	object fs.FileInfo // lstat of the object used
-	hashed bool        // the host file was read
-	copied int64       // bytes that became a new object
-	reused int64       // bytes served by an object already present
-	repair bool        // a damaged object was replaced
+	sha      string
+	size     int64
+	object   fs.FileInfo // lstat of the object used: its seal
+	record   statRecord  // the stat-cache entry written for the host file
+	hashed   bool        // the host file was read
+	copied   int64       // bytes that became a new object
+	reused   int64       // bytes served by an object already present
+	rehashed bool        // an existing object was read to check it
+	repair   *Repair     // a damaged object was replaced
 }
 
 // put makes sure the store holds the host file path, whose stat must
 // still be key (what the closure analysed), and returns its digest.
 func (s *Store) put(ctx context.Context, path string, key statKey, hostMode uint32, verify Verify) (stored, error) {
-	mode := objectMode(hostMode)
-	repair := false
-	if r, ok := s.lookupStat(key); ok {
-		state, fi, err := checkObject(s.ObjectPath(r.SHA256, hostMode), r.Size, mode, r.SHA256, verify == VerifyFull)
+	full := verify == VerifyFull
+	r, found, trusted := s.lookupStat(key)
+	var repair *Repair
+	rehashed := false
+	if trusted {
+		o := s.object(r.SHA256, r.Size, hostMode)
+		c, err := checkObject(o, r.Object, full)
 		if err != nil {
 			return stored{}, err
 		}
-		if state == objectOK {
-			return stored{sha: r.SHA256, size: r.Size, object: fi, reused: r.Size}, nil
+		rehashed = c.rehashed
+		if c.state == objectOK {
+			st := stored{sha: r.SHA256, size: r.Size, object: c.fi, record: r, reused: r.Size, rehashed: rehashed}
+			return st, s.reseal(key, &st.record, c.fi)
 		}
-		repair = state == objectDamaged
+		if c.state == objectDamaged {
+			repair = &Repair{Path: path, Object: o.path, Reason: c.why}
+		}
+		found = false // its seal is of the damaged object
 	}
-	st, err := s.ingest(ctx, path, key, hostMode, verify)
-	st.repair = st.repair || repair
+	var hint objectSeal
+	if found {
+		hint = r.Object
+	}
+	st, err := s.ingest(ctx, path, key, hostMode, hint, full)
+	st.rehashed = st.rehashed || rehashed
+	if repair != nil && st.repair != nil { // replaced: say what the first look found
+		st.repair = repair
+	}
 	return st, err
+}
+
+// reseal records fi, the stat of an intact object, as its seal in r, the
+// stat-cache entry for key, unless it is the seal already there.
+func (s *Store) reseal(key statKey, r *statRecord, fi fs.FileInfo) error {
+	seal := sealOf(fi)
+	if r.Object == seal {
+		return nil
+	}
+	r.Object = seal
+	if err := s.recordStat(key, *r); err != nil {
+		return fmt.Errorf("sealing store object %s: %w", r.SHA256, err)
+	}
+	return nil
 }
 
 // ingest reads the host file once, sending every byte both into sha256 and
 // into a temporary file in the store, and links that file to its digest
-// name. What is stored is exactly what was hashed.
-func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode uint32, verify Verify) (stored, error) {
+// name. What is stored is exactly what was hashed. seal is what the stat
+// cache knows of an existing object's seal (zero: nothing).
+func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode uint32, seal objectSeal, full bool) (stored, error) {
 	mode := objectMode(hostMode)
 	src, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
@@ -249,6 +398,9 @@ func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode u
 	if err != nil {
 		return stored{}, err
 	}
+	// Kept open until the object has its name: its seal is the stat of
+	// this very inode once no temporary name is left.
+	defer tmp.Close()
 	tmpName := tmp.Name()
 	defer os.Remove(tmpName) // after a successful link or rename it is gone or a second name
 	h := sha256.New()
@@ -260,10 +412,7 @@ func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode u
 		err = os.Chtimes(tmpName, sealTime, sealTime)
 	}
 	if err == nil {
-		err = tmp.Sync() // data, mode and seal are durable before the object has its name
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
+		err = tmp.Sync() // data, mode and seal mtime are durable before the object has its name
 	}
 	if err != nil {
 		return stored{}, fmt.Errorf("storing %s: %w", path, err)
@@ -272,32 +421,49 @@ func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode u
 		return stored{}, fmt.Errorf("%w: %s changed while it was read", ErrSourceChanged, path)
 	}
 	sha := hex.EncodeToString(h.Sum(nil))
-	obj := s.ObjectPath(sha, hostMode)
-	st := stored{sha: sha, size: n, hashed: true}
-	switch err := os.Link(tmpName, obj); {
+	o := s.object(sha, n, hostMode)
+	st := stored{sha: sha, size: n, hashed: true, record: statRecord{SHA256: sha, Size: n, ReadNS: readStart.UnixNano()}}
+	placed := false
+	switch err := os.Link(tmpName, o.path); {
 	case err == nil:
-		st.copied = n
+		st.copied, placed = n, true
+		os.Remove(tmpName) // before sealing: an unlink changes the ctime
 	case errors.Is(err, fs.ErrExist):
-		state, _, err := checkObject(obj, n, mode, sha, verify == VerifyFull)
+		c, err := checkObject(o, seal, full)
 		if err != nil {
 			return stored{}, err
 		}
-		if state == objectOK {
-			st.reused = n
+		st.rehashed = c.rehashed
+		if c.state == objectOK {
+			st.reused, st.object = n, c.fi
 			break
 		}
 		// Damaged: replace it atomically with what was just verified.
-		if err := os.Rename(tmpName, obj); err != nil {
+		if err := os.Rename(tmpName, o.path); err != nil {
 			return stored{}, err
 		}
-		st.copied, st.repair = n, true
+		st.copied, placed = n, true
+		if c.state == objectDamaged {
+			st.repair = &Repair{Path: path, Object: o.path, Reason: c.why}
+		}
 	default:
 		return stored{}, fmt.Errorf("storing %s: %w", path, err)
 	}
-	if st.object, err = os.Lstat(obj); err != nil {
-		return stored{}, err
+	if placed {
+		mine, err := tmp.Stat()
+		if err != nil {
+			return stored{}, err
+		}
+		if st.object, err = os.Lstat(o.path); err != nil {
+			return stored{}, err
+		}
+		if os.SameFile(mine, st.object) {
+			st.record.Object = sealOf(mine)
+		} // else another assembler replaced it since: the next check hashes it
+	} else {
+		st.record.Object = sealOf(st.object)
 	}
-	if err := s.recordStat(key, statRecord{SHA256: sha, Size: n, ReadNS: readStart.UnixNano()}); err != nil {
+	if err := s.recordStat(key, st.record); err != nil {
 		return stored{}, fmt.Errorf("recording %s: %w", path, err)
 	}
 	return st, nil
@@ -306,7 +472,9 @@ func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode u
 // copyHashed copies src to dst through h: each buffer read is hashed and
 // written, so the copy and the digest come from the same read.
 func copyHashed(ctx context.Context, dst io.Writer, src io.Reader, h hash.Hash) (int64, error) {
-	buf := make([]byte, copyBufSize)
+	pooled := copyBufs.Get().(*[copyBufSize]byte)
+	defer copyBufs.Put(pooled)
+	buf := pooled[:]
 	var n int64
 	for {
 		if err := ctx.Err(); err != nil {

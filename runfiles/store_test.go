@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -159,7 +161,7 @@ func TestAssembleIdempotent(t *testing.T) {
 	if second.ManifestDigest != first.ManifestDigest || second.TreeDir != first.TreeDir || !slices.Equal(second.Manifest, first.Manifest) {
 		t.Fatalf("second assembly differs: %s vs %s", second.ManifestDigest, first.ManifestDigest)
 	}
-	if second.Stats.BytesCopied != 0 || second.Stats.TreeBuilt || second.Stats.Repaired != 0 {
+	if second.Stats.BytesCopied != 0 || second.Stats.TreeBuilt || second.Stats.Repaired != 0 || second.Stats.ObjectsRehashed != 0 {
 		t.Errorf("second assembly did work: %+v", second.Stats)
 	}
 	// Host files written long ago come from the stat cache: not even read.
@@ -174,7 +176,8 @@ func TestAssembleIdempotent(t *testing.T) {
 	checkTree(t, second)
 
 	full := assemble(t, s, programs, Options{Dirs: opts.Dirs, Verify: VerifyFull})
-	if full.TreeDir != first.TreeDir || full.Stats.BytesCopied != 0 || full.Stats.Repaired != 0 {
+	if full.TreeDir != first.TreeDir || full.Stats.BytesCopied != 0 || full.Stats.Repaired != 0 ||
+		full.Stats.ObjectsRehashed != full.Stats.Files || full.Stats.BytesRehashed != sumSizes(full.Manifest) {
 		t.Errorf("full verification of an intact store: %+v", full.Stats)
 	}
 }
@@ -368,23 +371,30 @@ func TestStoreStatCacheRules(t *testing.T) {
 	if err := s.recordStat(key, statRecord{SHA256: sha, Size: 3, ReadNS: key.CtimeNS + int64(time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.lookupStat(key); ok {
-		t.Error("an entry read within the racy window is trusted")
+	if r, found, trusted := s.lookupStat(key); trusted || !found || r.SHA256 != sha {
+		t.Errorf("an entry read within the racy window: %+v found %v trusted %v, want found, untrusted", r, found, trusted)
 	}
 	s.recordStat(key, statRecord{SHA256: sha, Size: 3, ReadNS: key.CtimeNS + int64(3*time.Second)})
-	if r, ok := s.lookupStat(key); !ok || r.SHA256 != sha {
-		t.Errorf("an aged entry is not trusted: %+v %v", r, ok)
+	if r, _, trusted := s.lookupStat(key); !trusted || r.SHA256 != sha {
+		t.Errorf("an aged entry is not trusted: %+v %v", r, trusted)
 	}
 	for _, bad := range []statRecord{{SHA256: "zz", Size: 3}, {SHA256: sha, Size: 4}} {
 		bad.ReadNS = key.CtimeNS + int64(time.Hour)
 		s.recordStat(key, bad)
-		if _, ok := s.lookupStat(key); ok {
-			t.Errorf("bad record %+v trusted", bad)
+		if _, found, _ := s.lookupStat(key); found {
+			t.Errorf("bad record %+v used", bad)
 		}
 	}
 	os.WriteFile(filepath.Join(s.statDir(), key.String()), []byte("{garbage"), 0o644)
-	if _, ok := s.lookupStat(key); ok {
-		t.Error("garbage record trusted")
+	if _, found, _ := s.lookupStat(key); found {
+		t.Error("garbage record used")
+	}
+	// The longest entry there can be fits the read of a record.
+	const maxI, maxU = int64(^uint64(0) >> 1), ^uint64(0)
+	longest, _ := json.Marshal(statRecord{SHA256: sha, Size: maxI, ReadNS: -maxI, Object: objectSeal{
+		Dev: maxU, Ino: maxU, Size: maxI, Mode: fs.FileMode(^uint32(0)), MtimeNS: -maxI, CtimeNS: -maxI}})
+	if len(longest) > maxRecord {
+		t.Errorf("a stat-cache entry can be %d bytes, more than maxRecord %d", len(longest), maxRecord)
 	}
 }
 
@@ -508,4 +518,248 @@ func TestAssemblePlaced(t *testing.T) {
 	if _, err := Assemble(context.Background(), s, nil, Options{Placed: map[string]string{at: "/nonexistent/init"}}); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("placing a missing file: %v, want fs.ErrNotExist", err)
 	}
+}
+
+// tamperInPlace rewrites one byte of the file at path where it is, as
+// stealthily as user space can: same inode, same size, mode restored and
+// the mtime set back to the seal. Only the ctime (and the content) moves.
+func tamperInPlace(t *testing.T, path string) {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil { // writable even when not root
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{old[len(old)-2] ^ 0xff}, int64(len(old)-2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, fi.Mode().Perm()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, sealTime, sealTime); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(fi, after) || after.Size() != fi.Size() || after.Mode() != fi.Mode() || !after.ModTime().Equal(fi.ModTime()) {
+		t.Fatalf("tampering changed more than the content and ctime: %v %d %v -> %v %d %v",
+			fi.Mode(), fi.Size(), fi.ModTime(), after.Mode(), after.Size(), after.ModTime())
+	}
+}
+
+// TestQuickCheckDetectsInPlaceTamper: a store object edited in place,
+// with its size, mode and seal mtime kept, is found by the default quick
+// check and replaced, whether its host file comes from the stat cache
+// (/bin/sh's target, written long ago) or is read again (a fresh script,
+// whose object already exists).
+func TestQuickCheckDetectsInPlaceTamper(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		program string // "" = the script
+	}{
+		{"stat-cache-hit", "/bin/sh"},
+		{"source-read-again", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := openTestStore(t)
+			script := scriptFixture(t, t.TempDir(), "hook", "echo original")
+			programs := []string{"/bin/sh", script}
+			first := assemble(t, s, programs, Options{})
+			target := script
+			if c.program != "" {
+				target = resolvedFile(t, first.Manifest, c.program).Path
+			}
+			e := entry(first.Manifest, target)
+			obj := s.ObjectPath(e.SHA256, e.Mode)
+			tamperInPlace(t, obj)
+			tampered := sha256Hex(t, obj)
+			if sha256Hex(t, first.TreeDir+target) != tampered {
+				t.Fatal("the tree shares the object's inode: tampering should show there too")
+			}
+
+			res := assemble(t, s, programs, Options{})
+			if res.Stats.Repaired != 1 || !res.Stats.TreeReplaced || res.ManifestDigest != first.ManifestDigest {
+				t.Errorf("the quick check accepted an object edited in place: %+v", res.Stats)
+			}
+			if got := sha256Hex(t, obj); got != e.SHA256 {
+				t.Errorf("object %s still holds %s", obj, got)
+			}
+			checkTree(t, res)
+			want := Repair{Path: target, Object: obj, Reason: "content hashes to " + tampered}
+			if len(res.Repairs) != 1 || res.Repairs[0] != want {
+				t.Errorf("repairs %+v, want [%+v]", res.Repairs, want)
+			}
+			if res.Stats.ObjectsRehashed != 1 {
+				t.Errorf("%d objects re-hashed, want the tampered one only", res.Stats.ObjectsRehashed)
+			}
+			// The repaired object and the rebuilt tree are sealed: the
+			// next quick check reads nothing.
+			again := assemble(t, s, programs, Options{})
+			if again.Stats.ObjectsRehashed != 0 || again.Stats.Repaired != 0 || again.Stats.TreeBuilt {
+				t.Errorf("after the repair: %+v", again.Stats)
+			}
+		})
+	}
+}
+
+// TestSealSurvivesTreeLinks: the store's own operations that change an
+// object's ctime (hard links from a new tree, a tree removed) cost at most
+// one re-hash of the objects concerned, never a re-hash on every run.
+func TestSealSurvivesTreeLinks(t *testing.T) {
+	s := openTestStore(t)
+	a := []string{"/bin/sh"}
+	b := []string{"/bin/sh", "/usr/bin/env"}
+	first := assemble(t, s, a, Options{})
+	for _, step := range []struct {
+		name     string
+		programs []string
+		rebuilt  bool
+	}{
+		{"same tree", a, false},
+		{"another tree linking the same objects", b, true},
+		{"the first tree again", a, false},
+		{"the second tree again", b, false},
+	} {
+		res := assemble(t, s, step.programs, Options{})
+		if res.Stats.ObjectsRehashed != 0 || res.Stats.Repaired != 0 || res.Stats.TreeBuilt != step.rebuilt {
+			t.Errorf("%s: %+v", step.name, res.Stats)
+		}
+	}
+
+	// A tree removed by hand (or by a future gc) unlinks its files: the
+	// objects it shared are hashed once, found intact and sealed again.
+	second := assemble(t, s, b, Options{})
+	if err := removeTree(second.TreeDir); err != nil {
+		t.Fatal(err)
+	}
+	res := assemble(t, s, a, Options{})
+	if res.Stats.ObjectsRehashed != first.Stats.Files || res.Stats.Repaired != 0 || res.Stats.TreeBuilt {
+		t.Errorf("after removing a tree sharing all %d files: %+v", first.Stats.Files, res.Stats)
+	}
+	if res = assemble(t, s, a, Options{}); res.Stats.ObjectsRehashed != 0 {
+		t.Errorf("the re-hash did not seal again: %+v", res.Stats)
+	}
+}
+
+// TestSealLimits: what the seal cannot tell, and how the store copes.
+func TestSealLimits(t *testing.T) {
+	programs := []string{"/bin/sh"}
+	t.Run("forged-seal", func(t *testing.T) {
+		// Whoever can write the store can also rewrite the seal after
+		// tampering: the quick check then believes it; VerifyFull does not.
+		s := openTestStore(t)
+		first := assemble(t, s, programs, Options{})
+		e := resolvedFile(t, first.Manifest, "/bin/sh")
+		obj := s.ObjectPath(e.SHA256, e.Mode)
+		tamperInPlace(t, obj)
+		fi, err := os.Lstat(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := rewriteSeals(t, s, func(r *statRecord) {
+			if r.SHA256 == e.SHA256 {
+				r.Object = sealOf(fi)
+			}
+		}); n == 0 {
+			t.Fatal("no stat-cache entry names the object")
+		}
+		if res := assemble(t, s, programs, Options{}); res.Stats.Repaired != 0 {
+			t.Fatalf("a forged seal was seen by the quick check? %+v", res.Stats)
+		}
+		res := assemble(t, s, programs, Options{Verify: VerifyFull})
+		if res.Stats.Repaired != 1 || !res.Stats.TreeReplaced || res.Stats.ObjectsRehashed != first.Stats.Files {
+			t.Errorf("VerifyFull missed a tamper under a forged seal: %+v", res.Stats)
+		}
+		if len(res.Repairs) != 1 || res.Repairs[0].Object != obj || !strings.Contains(res.Repairs[0].Reason, "seal matches") {
+			t.Errorf("repairs: %+v", res.Repairs)
+		}
+		checkTree(t, res)
+	})
+	t.Run("no-seals", func(t *testing.T) {
+		// A store written before seals existed: every object is hashed
+		// once and sealed, none replaced.
+		s := openTestStore(t)
+		first := assemble(t, s, programs, Options{})
+		rewriteSeals(t, s, func(r *statRecord) { r.Object = objectSeal{} })
+		res := assemble(t, s, programs, Options{})
+		if res.Stats.ObjectsRehashed != first.Stats.Files || res.Stats.Repaired != 0 || res.Stats.TreeBuilt {
+			t.Errorf("without seals: %+v", res.Stats)
+		}
+		if res := assemble(t, s, programs, Options{}); res.Stats.ObjectsRehashed != 0 {
+			t.Errorf("not sealed after the re-hash: %+v", res.Stats)
+		}
+	})
+	t.Run("stat-mismatch", func(t *testing.T) {
+		// What no intact object has is damage without reading it.
+		s := openTestStore(t)
+		first := assemble(t, s, programs, Options{})
+		e := resolvedFile(t, first.Manifest, "/bin/sh")
+		o := s.object(e.SHA256, e.Size, e.Mode)
+		for _, c := range []struct {
+			change func() error
+			reason string
+		}{
+			{func() error { return os.Chtimes(o.path, time.Now(), time.Now()) }, "mtime "},
+			{func() error { return os.Chmod(o.path, 0o755) }, "mode -rwxr-xr-x, want -r-xr-xr-x"},
+			{func() error { return os.Truncate(o.path, 1) }, fmt.Sprintf("size 1, want %d", e.Size)},
+		} {
+			if err := c.change(); err != nil {
+				t.Fatal(err)
+			}
+			res := assemble(t, s, programs, Options{})
+			if len(res.Repairs) != 1 || !strings.HasPrefix(res.Repairs[0].Reason, c.reason) || res.Stats.ObjectsRehashed != 0 {
+				t.Errorf("want a repair for %q without a re-hash: %+v %+v", c.reason, res.Repairs, res.Stats)
+			}
+			checkTree(t, res)
+		}
+	})
+}
+
+// rewriteSeals applies edit to every stat-cache entry of s and returns how
+// many it changed.
+func rewriteSeals(t *testing.T, s *Store, edit func(*statRecord)) int {
+	t.Helper()
+	ents, err := os.ReadDir(s.statDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range ents {
+		p := filepath.Join(s.statDir(), d.Name())
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r statRecord
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		was := r
+		if edit(&r); r == was {
+			continue
+		}
+		if b, err = json.Marshal(r); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	return n
 }

@@ -32,9 +32,9 @@ var errTreeMismatch = errors.New("tree does not match its manifest")
 
 // ensureTree returns the directory of the tree for manifest (digest hex),
 // reusing a complete, verified one or building it. objects maps each file
-// path to the lstat of its store object. built reports a new tree;
+// path to its store object as checked. built reports a new tree;
 // replaced, that a damaged one was moved aside first.
-func (s *Store) ensureTree(ctx context.Context, hexDigest string, manifest []render.Runfile, objects map[string]fs.FileInfo) (dir string, built, replaced bool, err error) {
+func (s *Store) ensureTree(ctx context.Context, hexDigest string, manifest []render.Runfile, objects map[string]objectUse) (dir string, built, replaced bool, err error) {
 	dir = s.TreePath(hexDigest)
 	for attempt := 0; attempt < 3; attempt++ {
 		err := verifyTree(dir, manifest, objects)
@@ -54,14 +54,53 @@ func (s *Store) ensureTree(ctx context.Context, hexDigest string, manifest []ren
 		if err != nil {
 			return "", false, false, err
 		}
+		if ok {
+			if err := s.resealLinked(ctx, manifest, objects); err != nil {
+				return "", false, false, err
+			}
+		}
 		built = built || ok
 	}
 	return "", false, false, fmt.Errorf("tree %s keeps failing verification", dir)
 }
 
+// resealLinked seals again the objects of a tree just built: a hard link
+// changes its inode's ctime, and without a new seal the next assembly
+// would hash every object of every new tree. An object is sealed only
+// when it is still the inode that was checked and nothing but its ctime
+// moved, forward; anything else is left for the next check to hash.
+func (s *Store) resealLinked(ctx context.Context, manifest []render.Runfile, objects map[string]objectUse) error {
+	var linked []render.Runfile // file entries, one per host file
+	seen := make(map[statKey]bool)
+	for _, e := range manifest {
+		if use, ok := objects[e.Path]; ok && e.Type == render.RunfileFile && !seen[use.key] {
+			seen[use.key] = true
+			linked = append(linked, e)
+		}
+	}
+	return parallel(ctx, len(linked), func(ctx context.Context, i int) error {
+		e := linked[i]
+		use := objects[e.Path]
+		fi, err := os.Lstat(s.ObjectPath(e.SHA256, e.Mode))
+		if err != nil || use.fi == nil {
+			return nil
+		}
+		was, now := sealOf(use.fi), sealOf(fi)
+		if now.CtimeNS <= was.CtimeNS {
+			return nil // not linked (a copy), or sealed by another assembler
+		}
+		was.CtimeNS = now.CtimeNS
+		if now != was {
+			return nil
+		}
+		r := use.record
+		return s.reseal(use.key, &r, fi)
+	})
+}
+
 // verifyTree walks dir and checks it holds exactly the manifest's entries.
 // fs.ErrNotExist when there is no tree; errTreeMismatch when it differs.
-func verifyTree(dir string, manifest []render.Runfile, objects map[string]fs.FileInfo) error {
+func verifyTree(dir string, manifest []render.Runfile, objects map[string]objectUse) error {
 	if _, err := os.Lstat(dir); err != nil {
 		return err
 	}
@@ -104,7 +143,7 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]fs.Fil
 			if fi.Size() != e.Size || !fi.ModTime().Equal(sealTime) {
 				return mismatch(rel, "size or seal time changed")
 			}
-			if obj := objects[rel]; obj != nil && os.SameFile(fi, obj) {
+			if obj := objects[rel].fi; obj != nil && os.SameFile(fi, obj) {
 				return nil
 			}
 			// Not the store object's inode: a copy (cross-device or link

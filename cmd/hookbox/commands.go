@@ -202,7 +202,7 @@ func addRunfiles(ctx context.Context, renders []*render.Render, cacheDir string)
 		return err
 	}
 	for _, r := range renders {
-		if _, err := plan.Runfiles(ctx, store, r, nil); err != nil {
+		if _, err := plan.Runfiles(ctx, store, r, runfiles.RenderOptions{}); err != nil {
 			return err
 		}
 	}

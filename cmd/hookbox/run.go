@@ -53,7 +53,7 @@ func (e exitError) Error() string { return e.msg }
 
 func newRunCommand(h *hostFlags) *cobra.Command {
 	var spawn string
-	var jsonOut, requireTrace, noNotify, rootlessFlag, requireSignature bool
+	var jsonOut, requireTrace, noNotify, rootlessFlag, requireSignature, verifyRunfiles bool
 	var signingKey, expectDigest string
 	var grace, notifyTimeout time.Duration
 	var notifyArgv string
@@ -118,7 +118,7 @@ mount exists. result.json records both digests.`,
 			dirs := dirsFrom(stateDir, cacheDir, inner)
 			// Before anything of a run exists: before a containerd is
 			// started or RootlessKit's namespaces are entered.
-			assembled, err := checkExpectedDigest(cmd.Context(), r, expectDigest, dirs.cache)
+			assembled, err := checkExpectedDigest(cmd.Context(), r, expectDigest, dirs.cache, verifyRunfiles)
 			if err != nil {
 				return err
 			}
@@ -142,7 +142,7 @@ mount exists. result.json records both digests.`,
 				return exitError{exitInfra, err.Error()}
 			}
 			plan := notify.Resolve(notifyconf.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn), global.Notify)
-			return runSpawn(ctx, cmd, r, backend, runFlags{dirs: dirs, json: jsonOut, grace: grace, requireTrace: requireTrace, notify: plan, secrets: global.Secrets,
+			return runSpawn(ctx, cmd, r, backend, runFlags{dirs: dirs, json: jsonOut, grace: grace, requireTrace: requireTrace, verifyRunfiles: verifyRunfiles, notify: plan, secrets: global.Secrets,
 				signer: signer, unsigned: unsigned, runfiles: assembled})
 		},
 	}
@@ -153,6 +153,7 @@ mount exists. result.json records both digests.`,
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print a stable stream of JSON events instead of human output")
 	cmd.Flags().DurationVar(&grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL at teardown")
 	cmd.Flags().BoolVar(&requireTrace, "require-trace", false, "fail before the engine starts when the exec tracer is unavailable")
+	cmd.Flags().BoolVar(&verifyRunfiles, "verify-runfiles", false, "re-hash every runfiles store object the run mounts before its container is created, instead of the quick check against each object's seal (CI; catches a forged seal too)")
 	cmd.Flags().IntVar(&traceRingSize, "trace-ring-size", 0, "ring buffer bytes of the exec tracer when hookbox loads it itself, not through a tracer helper (a power of two, default 4 MiB); a burst of execs beyond it is lost and the verdict unchecked (events-lost)")
 	cmd.Flags().StringVar(&notifyArgv, "notify", "", `notifier argv for this run, as a JSON list ('["/usr/local/bin/post", "{payload}"]') or a string split as POSIX words without shell features; overrides the spec and global config`)
 	cmd.Flags().DurationVar(&notifyTimeout, "notify-timeout", 0, "deadline of the --notify notifier (default 30s)")
@@ -164,21 +165,22 @@ mount exists. result.json records both digests.`,
 }
 
 type runFlags struct {
-	dirs         hostDirs
-	json         bool
-	grace        time.Duration
-	requireTrace bool
-	notify       notify.Plan
-	secrets      secretsconf.Lookup
-	signer       *attest.Signer // nil: the attestation is unsigned, for the reason in unsigned
-	unsigned     string
-	runfiles     *runfiles.Result // assembled by checkExpectedDigest, or nil
+	dirs           hostDirs
+	json           bool
+	grace          time.Duration
+	requireTrace   bool
+	verifyRunfiles bool
+	notify         notify.Plan
+	secrets        secretsconf.Lookup
+	signer         *attest.Signer // nil: the attestation is unsigned, for the reason in unsigned
+	unsigned       string
+	runfiles       *runfiles.Result // assembled by checkExpectedDigest, or nil
 }
 
 // checkExpectedDigest refuses a render that --expect-digest does not name
 // (exit 118). To compare the content digest it assembles the runfiles,
 // which the run then mounts.
-func checkExpectedDigest(ctx context.Context, r *render.Render, want, cacheDir string) (*runfiles.Result, error) {
+func checkExpectedDigest(ctx context.Context, r *render.Render, want, cacheDir string, verifyRunfiles bool) (*runfiles.Result, error) {
 	if want == "" {
 		return nil, nil
 	}
@@ -186,7 +188,7 @@ func checkExpectedDigest(ctx context.Context, r *render.Render, want, cacheDir s
 	if err != nil {
 		return nil, exitError{exitInfra, err.Error()}
 	}
-	assembled, err := plan.CheckDigest(ctx, store, r, want)
+	assembled, err := plan.CheckDigest(ctx, store, r, want, launcher.RunfilesOptions(verifyRunfiles))
 	switch {
 	case errors.Is(err, plan.ErrDigestRefused):
 		return nil, exitError{exitRefused, "--expect-digest: " + err.Error()}
@@ -221,7 +223,7 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 	}
 	defer backend.Close()
 	opts := launcher.Options{Backend: backend, StateDir: f.dirs.state, CacheDir: f.dirs.cache, Grace: f.grace, Version: version,
-		RequireTrace: f.requireTrace, Notify: f.notify, SecretLookup: f.secrets, Signer: f.signer, Unsigned: f.unsigned, Runfiles: f.runfiles}
+		RequireTrace: f.requireTrace, VerifyRunfiles: f.verifyRunfiles, Notify: f.notify, SecretLookup: f.secrets, Signer: f.signer, Unsigned: f.unsigned, Runfiles: f.runfiles}
 	if f.notify.Warning != "" && !f.json {
 		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
 	}
