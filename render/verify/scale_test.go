@@ -73,21 +73,21 @@ func identicalHooksRender(n int) *render.Render {
 	return r
 }
 
-// runnerRun is the engine, then n events: hook runs cycling through the
-// hooks (one pid each), allowed git, the engine's self-exec as rg and a
-// PATH search that failed. wrong: every hook run has another run id (each
-// is then hook-argv-differs against the nearest hook).
+// runnerRun is the engine, then hook runs cycling through the hooks (one
+// pid each), allowed git and the engine's self-exec as rg. With wrong,
+// every hook run has another run id: each is then hook-argv-differs
+// against the nearest hook, found among all of them.
 func runnerRun(events, hooks int, wrong bool) []Event {
-	runID := scaleRunID
-	if wrong {
-		runID = "run-1"
-	}
 	out := []Event{claudeEngine()}
 	for i := range events - 1 {
 		pid := i + 2
 		var e Event
 		switch i % 4 {
 		case 0, 1:
+			runID := scaleRunID
+			if wrong {
+				runID = fmt.Sprintf("run-%d", i)
+			}
 			e = ev(pid, 1, runnerPath, runnerID, with(runnerArgv(i/2%hooks), 3, runID)...)
 		case 2:
 			e = gitStatus(pid)
@@ -134,6 +134,21 @@ func identicalRun(hooks int) []Event {
 	return out
 }
 
+// differingStorm is the engine, then execs of the hooks' program that
+// differ from every hook in two arguments, each exec in its own way: the
+// most work a verdict has per event (every hook of the path compared in
+// full, nothing to reuse).
+func differingStorm(events int) []Event {
+	out := []Event{claudeEngine()}
+	for i := range events - 1 {
+		out = append(out, ev(i+2, 1, runnerPath, runnerID, runnerPath, "--rule", fmt.Sprintf("other-%d", i), fmt.Sprintf("run-%d", i)))
+	}
+	for i := range out {
+		out[i].Time = int64(i+1) * 1000
+	}
+	return out
+}
+
 type scaleCase struct {
 	name   string
 	render *render.Render
@@ -145,9 +160,11 @@ func scaleCases(tb testing.TB) []scaleCase {
 	tb.Helper()
 	return []scaleCase{
 		{"exec-hooks/100k-events/1000-hooks", manyHooksRender(1000), runnerRun(100_000, 1000, false), StatusConfirmed},
-		{"exec-hooks/100k-events/1000-hooks/all-differ", manyHooksRender(1000), runnerRun(100_000, 1000, true), StatusMismatch},
+		{"exec-hooks/100k-events/1000-hooks/hook-runs-differ", manyHooksRender(1000), runnerRun(100_000, 1000, true), StatusMismatch},
 		{"shell-hooks/100k-events/1000-hooks", manyShellHooksRender(1000), shellRun(100_000, 1000), StatusConfirmed},
 		{"identical-hooks/10k-events/10k-hooks", identicalHooksRender(10_000), identicalRun(10_000), StatusConfirmed},
+		// The worst case at the cap on hooks per spawn (render.MaxHooks).
+		{fmt.Sprintf("exec-hooks/100k-events/%d-hooks/every-event-differs", render.MaxHooks), manyHooksRender(render.MaxHooks), differingStorm(100_000), StatusMismatch},
 	}
 }
 
