@@ -5,10 +5,11 @@ import (
 	"slices"
 )
 
-// Hook chains at scale (issue item 8): a render may have hundreds of hooks
-// and a trace hundreds of thousands of execs. Judging every event against
-// every chain element, and keeping per-hook state for every process, made
-// 10,000 identical hooks take minutes and gigabytes. So:
+// Hook chains at scale: a render may have a hundred hooks (render.MaxHooks;
+// older records more) and a trace hundreds of thousands of execs. Judging
+// every event against every chain element, and keeping per-hook state for
+// every process, made 10,000 identical hooks take minutes and gigabytes.
+// So:
 //
 //   - hooks whose chains are exactly alike (the same execs, slots filled
 //     alike) share one hookChain: they match the same events, so they are
