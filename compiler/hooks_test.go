@@ -140,6 +140,38 @@ func TestHookRules(t *testing.T) {
 	}
 }
 
+// TestHookCap: more than render.MaxHooks hooks is a spec error at the
+// first hook over the cap (issue item 8: 10,000 hooks made a verdict take
+// minutes); exactly the cap compiles.
+func TestHookCap(t *testing.T) {
+	hooks := func(n int) string {
+		lines := []string{"  hooks:"}
+		for i := range n {
+			lines = append(lines, fmt.Sprintf("    - {name: h%d, event: Stop, argv: [/bin/true]}", i))
+		}
+		return strings.Join(lines, "\n")
+	}
+	compileSpec(t, spawnYAML("{kind: claude, path: /opt/c}", "  prompt: x", hooks(render.MaxHooks)))
+	_, err := tryCompile(spawnYAML("{kind: claude, path: /opt/c}", "  prompt: x", hooks(render.MaxHooks+1)))
+	// spawnYAML's hooks start on line 9: the first one over is on line 9+MaxHooks.
+	want := fmt.Sprintf("test.yaml:%d:7: spec.hooks[%d]: at most %d hooks per spawn; this one has %d", 9+render.MaxHooks, render.MaxHooks, render.MaxHooks, render.MaxHooks+1)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("want an error containing %q, got %v", want, err)
+	}
+	// The schema says the same.
+	field, _ := reflect.TypeFor[SpawnSpec]().FieldByName("Hooks")
+	if doc := field.Tag.Get("doc"); !strings.Contains(doc, fmt.Sprintf("At most %d per spawn", render.MaxHooks)) {
+		t.Errorf("the doc of spec.hooks must give the cap %d: %q", render.MaxHooks, doc)
+	}
+	schema, err := JSONSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(schema), fmt.Sprintf(`"maxItems": %d`, render.MaxHooks)) {
+		t.Errorf("the schema must give spec.hooks maxItems %d", render.MaxHooks)
+	}
+}
+
 // hostileSlotValues are launch values no real run has, each able to change
 // a JSON document or a shell command if it were pasted in as text.
 var hostileSlotValues = render.SlotValues{

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+
+	"hookbox.dev/hookbox/render"
 )
 
 // SchemaID names the spawn spec schema.
@@ -132,6 +134,9 @@ func (g *schemaGen) structSchema(t reflect.Type) map[string]any {
 	}
 	if t == reflect.TypeFor[ScriptStep]() {
 		out["minProperties"], out["maxProperties"] = 1, 1
+	}
+	if t == reflect.TypeFor[SpawnSpec]() {
+		props["hooks"].(map[string]any)["maxItems"] = render.MaxHooks
 	}
 	return out
 }

@@ -260,6 +260,12 @@ func (p *Parsed) validateHooks(diags *diagnostics) {
 		p.errf(diags, "spec.hooks", def.noHooks, "engine %s does not run hooks", s.Engine.Kind)
 		return
 	}
+	if len(s.Hooks) > render.MaxHooks {
+		// The verdict compares each exec with every hook of its path.
+		p.errf(diags, fmt.Sprintf("spec.hooks[%d]", render.MaxHooks),
+			"give each program one hook per event (one hook can do several checks), or split the work over several spawns",
+			"at most %d hooks per spawn; this one has %d: verifying a run compares every exec with the hooks, so its cost grows with both", render.MaxHooks, len(s.Hooks))
+	}
 	names := map[string]bool{}
 	for i := range s.Hooks {
 		h := &s.Hooks[i]

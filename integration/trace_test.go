@@ -17,6 +17,7 @@ import (
 	"hookbox.dev/hookbox/internal/testapi/anthropic"
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher"
+	"hookbox.dev/hookbox/render"
 )
 
 // The tracer runs inside hookbox run: these tests judge whole runs.
@@ -66,6 +67,38 @@ func TestTraceTwoHooksConfirmed(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(out), "confirmed") {
 		t.Errorf("hookbox verify: %v\n%s", err, out)
 	}
+}
+
+// TestTraceManyHooksConfirmed: issue item 8 at the cap. render.MaxHooks
+// hooks on one event all run; the run completes, is confirmed with every
+// hook matched under its own name, and its teardown (judged before the
+// verdict now) leaves nothing behind.
+func TestTraceManyHooksConfirmed(t *testing.T) {
+	e := newEnv(t)
+	hooks := []string{"  hooks:"}
+	for i := range render.MaxHooks {
+		hooks = append(hooks, fmt.Sprintf("    - {name: same-%d, event: Stop, argv: [/usr/bin/true, '{run_id}'], required: true}", i))
+	}
+	r := e.run(e.spec("manyhooks", `
+		- hook: same-0
+		- exit: 0`, hooks...))
+	res := r.mustResult(t)
+	if res.Status != launcher.StatusCompleted || r.code != 0 || res.Trace.Status != "confirmed" {
+		t.Fatalf("status %s exit %d trace %s %q\n%s", res.Status, r.code, res.Trace.Status, res.Trace.Reasons, r.stderr)
+	}
+	hooksMatched := 0
+	for _, m := range res.Trace.Matched {
+		if strings.HasPrefix(m.Rule, "hook:same-") && !strings.Contains(m.Rule, "/chain[") && m.Count == render.MaxHooks {
+			hooksMatched++
+		}
+	}
+	if hooksMatched != render.MaxHooks {
+		t.Errorf("%d hooks matched by all %d runs of their shared argv, want every one", hooksMatched, render.MaxHooks)
+	}
+	if res.Trace.Events != render.MaxHooks+2 {
+		t.Errorf("%d events, want init, engine and %d hook runs", res.Trace.Events, render.MaxHooks)
+	}
+	t.Logf("timings (ms): %+v", res.Timings)
 }
 
 func TestTraceHookArgvTamper(t *testing.T) {

@@ -138,10 +138,11 @@ type NotifyResult = notify.Outcome
 
 // Timings of a run's phases, in milliseconds.
 type Timings struct {
-	Prepare  int64 `json:"prepare"`  // image, runfiles, tmpfs, mounts
-	Create   int64 `json:"create"`   // container and task
-	Run      int64 `json:"run"`      // start to exit
-	Teardown int64 `json:"teardown"` // kill, delete, harvest, unmount
+	Prepare  int64 `json:"prepare"`          // image, runfiles, tmpfs, mounts
+	Create   int64 `json:"create"`           // container and task
+	Run      int64 `json:"run"`              // start to exit
+	Teardown int64 `json:"teardown"`         // kill, delete, harvest, unmount
+	Verify   int64 `json:"verify,omitempty"` // judging the trace, after teardown (absent in older records)
 	Total    int64 `json:"total"`
 }
 

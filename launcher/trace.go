@@ -95,6 +95,10 @@ type tracing struct {
 	out      *bufio.Writer // trace.jsonl, flushed when the watch ends
 	// unwritten counts events that could not be encoded for the record.
 	unwritten int
+	// stopped: the watch is stopped and the record ended (stopTrace);
+	// writeErr is why the record could not be written whole.
+	stopped  bool
+	writeErr error
 }
 
 // startTracer loads the tracer in the background, so its cost overlaps
@@ -231,12 +235,42 @@ func verifyEvent(ev ebpf.Event) verify.Event {
 	return out
 }
 
-// finishTrace disarms the watch once the run's processes are gone, drains
-// the ring, ends trace.jsonl with the stats line and judges the trace
-// against the render. It judges what the record holds (ReadTrace), not what
-// it saw in memory, so hookbox verify recomputes exactly this verdict and a
-// record that could not be written whole is never confirmed.
-func (x *execution) finishTrace() {
+// stopTrace disarms the watch once the run's processes are gone, drains
+// the ring and ends trace.jsonl with the stats line. It judges nothing:
+// teardown calls it, and judging a long trace must not eat into the
+// deadline of the cleanup that follows (judgeTrace comes after teardown).
+func (x *execution) stopTrace() {
+	t := x.trace
+	if t == nil || t.watch == nil || t.stopped {
+		return
+	}
+	t.stopped = true
+	stats, err := t.watch.Stop()
+	t.consumed.Wait()
+	if !stats.Denies.Ptrace {
+		// No BPF LSM programs: seccomp still denies ptrace and
+		// process_vm_*, but not /proc/<pid>/mem (docs/threat-model.md).
+		x.result.Degraded = append(x.result.Degraded, ReasonPtraceDenialUnavailable)
+	}
+	line := traceStatsLine{Kind: traceStatsKind, Stats: stats, Incomplete: stats.Incomplete()}
+	if err != nil {
+		line.StopError = err.Error()
+	}
+	if t.unwritten > 0 {
+		line.Unwritten = t.unwritten
+	}
+	statsLine, _ := json.Marshal(line)
+	t.out.Write(append(statsLine, '\n'))
+	t.writeErr = errors.Join(t.out.Flush(), t.file.Close())
+}
+
+// judgeTrace judges the run's trace against the render, once teardown is
+// over: it needs nothing but the record, and has no deadline. It judges
+// what the record holds (ReadTrace), not what the tracer delivered in
+// memory, so hookbox verify recomputes exactly this verdict and a record
+// that could not be written whole is never confirmed.
+func (x *execution) judgeTrace() {
+	defer func() { x.result.Trace.Mode = x.r.Trace.Mode }()
 	if x.r.Trace.Mode == render.TraceOff {
 		x.result.Trace = verifyResult(verify.Verify(x.r, render.TraceOff, nil, verify.Stats{}, nil, x.result.Slots))
 		return
@@ -259,23 +293,8 @@ func (x *execution) finishTrace() {
 		x.result.Trace.Detail = detail
 		return
 	}
-	stats, err := t.watch.Stop()
-	t.consumed.Wait()
-	if !stats.Denies.Ptrace {
-		// No BPF LSM programs: seccomp still denies ptrace and
-		// process_vm_*, but not /proc/<pid>/mem (docs/threat-model.md).
-		x.result.Degraded = append(x.result.Degraded, ReasonPtraceDenialUnavailable)
-	}
-	line := traceStatsLine{Kind: traceStatsKind, Stats: stats, Incomplete: stats.Incomplete()}
-	if err != nil {
-		line.StopError = err.Error()
-	}
-	if t.unwritten > 0 {
-		line.Unwritten = t.unwritten
-	}
-	statsLine, _ := json.Marshal(line)
-	t.out.Write(append(statsLine, '\n'))
-	werr := errors.Join(t.out.Flush(), t.file.Close())
+	x.stopTrace() // a no-op after teardown
+	werr := t.writeErr
 	events, judged, rerr := readTraceFile(filepath.Join(x.dir, TraceFile))
 	if rerr != nil {
 		// What the record holds cannot be read back: it proves nothing.

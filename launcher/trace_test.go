@@ -1,11 +1,18 @@
 package launcher
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"hookbox.dev/hookbox/ebpf"
+	"hookbox.dev/hookbox/render"
+	"hookbox.dev/hookbox/render/verify"
 )
 
 func TestReadTrace(t *testing.T) {
@@ -94,4 +101,77 @@ func FuzzReadTrace(f *testing.F) {
 			t.Fatalf("%d events read as consistent with delivered %d: %q", len(events), last.Stats.Delivered, data)
 		}
 	})
+}
+
+// fakeWatch delivers events and stops with stats that account for them.
+type fakeWatch struct {
+	events chan ebpf.Event
+	n      uint64
+}
+
+func newFakeWatch(events []ebpf.Event) *fakeWatch {
+	w := &fakeWatch{events: make(chan ebpf.Event, len(events)), n: uint64(len(events))}
+	for _, ev := range events {
+		w.events <- ev
+	}
+	return w
+}
+
+func (w *fakeWatch) Events() <-chan ebpf.Event { return w.events }
+func (w *fakeWatch) Stop() (ebpf.Stats, error) {
+	close(w.events)
+	return ebpf.Stats{Counters: ebpf.Counters{Matched: w.n}, Delivered: w.n}, nil
+}
+
+// armedExecution is a run whose tracer watches events, as armTracer leaves
+// it, without a container.
+func armedExecution(t *testing.T, r *render.Render, events []ebpf.Event) *execution {
+	t.Helper()
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, TraceFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	close(ready)
+	x := &execution{r: r, dir: dir, result: &Result{}, opts: Options{Sink: SinkFunc(func(Event) {})}}
+	x.trace = &tracing{ready: ready, watch: newFakeWatch(events), ids: fixtureIDs, file: f, out: bufio.NewWriter(f)}
+	x.trace.consumed.Add(1)
+	go x.consumeTrace()
+	return x
+}
+
+// Issue item 8: the verdict was computed inside teardown, under its
+// deadline, so judging a big trace made the container deletes after it
+// fail. Teardown now only stops the trace (stopTrace ends the record and
+// judges nothing); the verdict is judgeTrace's, after teardown, from the
+// record alone.
+func TestStoppingTheTraceJudgesNothing(t *testing.T) {
+	x := armedExecution(t, fixtureRender(fixtureGit), fixtureEvents(true))
+	x.stopTrace()
+	if x.result.Trace.Status != "" {
+		t.Fatalf("stopTrace judged the trace: %+v", x.result.Trace)
+	}
+	data, err := os.ReadFile(filepath.Join(x.dir, TraceFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, stats, err := ReadTrace(data)
+	if err != nil || len(events) != 3 || stats.Unfinished || len(stats.Inconsistent) > 0 {
+		t.Fatalf("the record after stopTrace: %d events, %+v, %v; want 3, ended and consistent", len(events), stats, err)
+	}
+	x.judgeTrace()
+	if got := x.result.Trace; got.Status != verify.StatusConfirmed || got.Events != 3 || got.Mode != render.TraceVerify {
+		t.Errorf("judgeTrace: %+v, want confirmed, 3 events, mode verify", got)
+	}
+}
+
+// A run that never reached teardown's stopTrace (an early failure) is
+// still judged: judgeTrace stops the trace itself.
+func TestJudgingStopsTheTrace(t *testing.T) {
+	x := armedExecution(t, fixtureRender(), fixtureEvents(true))
+	x.judgeTrace()
+	if got := x.result.Trace; got.Status != verify.StatusMismatch || !slices.Contains(got.Reasons, verify.ReasonUnexpectedExec) {
+		t.Errorf("judgeTrace: %+v, want mismatch/unexpected-exec", got)
+	}
 }

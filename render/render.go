@@ -247,6 +247,14 @@ type File struct {
 	Slots []FileSlot `json:"slots,omitempty"`
 }
 
+// MaxHooks is the most hooks a spawn may declare (the compiler refuses
+// more). Judging a trace compares an exec that matches no hook with every
+// hook of its path, so a verdict's cost grows with execs × hooks: at this
+// many hooks, 100,000 execs that each differ from every hook are judged in
+// about half a second on a 2-vCPU VM (BenchmarkVerifyScale in
+// render/verify; 256 took 1.1 s).
+const MaxHooks = 128
+
 // Hook is one hook and the exec chain it is expected to produce.
 type Hook struct {
 	Name      string `json:"name"`

@@ -287,8 +287,8 @@ func printSummary(w io.Writer, res *launcher.Result) {
 		code = fmt.Sprint(*res.ExitCode)
 	}
 	fmt.Fprintf(w, "hookbox: %s  exit %s  run %s\n", res.Status, code, res.RunID)
-	fmt.Fprintf(w, "hookbox: timings  prepare %dms  create %dms  run %dms  teardown %dms  total %dms\n",
-		res.Timings.Prepare, res.Timings.Create, res.Timings.Run, res.Timings.Teardown, res.Timings.Total)
+	fmt.Fprintf(w, "hookbox: timings  prepare %dms  create %dms  run %dms  teardown %dms  verify %dms  total %dms\n",
+		res.Timings.Prepare, res.Timings.Create, res.Timings.Run, res.Timings.Teardown, res.Timings.Verify, res.Timings.Total)
 	for _, a := range res.Artifacts {
 		fmt.Fprintf(w, "hookbox: artifact %s  %s %s\n", a.Declared, a.Status, a.Path)
 	}

@@ -407,6 +407,10 @@ type EventRef struct {
 // unknown. It never panics on any input, does not modify its arguments,
 // and returns the same Verdict for the same arguments.
 func Verify(r *render.Render, mode render.TraceMode, events []Event, stats Stats, ids FileIdentities, slots render.SlotValues) Verdict {
+	return verify(r, mode, events, stats, ids, slots, judgeOptions{})
+}
+
+func verify(r *render.Render, mode render.TraceMode, events []Event, stats Stats, ids FileIdentities, slots render.SlotValues, opts judgeOptions) Verdict {
 	if r == nil {
 		return unchecked(ReasonRenderIncomplete)
 	}
@@ -424,7 +428,7 @@ func Verify(r *render.Render, mode render.TraceMode, events []Event, stats Stats
 		r.Init != nil && (r.Init.Path == "" || len(r.Init.Argv) == 0) {
 		return unchecked(ReasonRenderIncomplete)
 	}
-	j := newJudge(r, events, ids, slots)
+	j := newJudge(r, events, ids, slots, opts)
 	j.evidence(stats)
 	j.judgeInit()
 	j.judgeEngine()
@@ -453,19 +457,6 @@ func (e *timedEvent) id() FileID {
 
 func (e *timedEvent) ref() EventRef { return EventRef{Index: e.index, PID: e.PID} }
 
-// hookRule is one hook and the state of its occurrences.
-type hookRule struct {
-	name     string
-	required bool
-	chain    []*execMatcher
-	// reached[k] maps a pid to the position of its latest event that
-	// completed a linked Chain[0..k].
-	reached     []map[int]int
-	occurrences []EventRef
-	count       int
-	maybe       bool // a truncated event might have been part of it
-}
-
 // engineExecRule is one of the engine's own execs (render.EngineExec).
 type engineExecRule struct {
 	matcher *execMatcher
@@ -481,6 +472,7 @@ type pendingHop struct {
 }
 
 type judge struct {
+	opts   judgeOptions
 	r      *render.Render
 	ids    FileIdentities
 	slots  render.SlotValues
@@ -498,11 +490,19 @@ type judge struct {
 	scripts     map[string]*render.Shebang // programs that are "#!" scripts, by container path
 	// hops are the env interpreter hops still expected, by pid: the next
 	// exec of that process must be this one.
-	hops     map[int]pendingHop
-	hooks    []*hookRule
-	initAt   int    // position of the init event in events, -1 if none
-	engineAt int    // position of the engine event in events, -1 if none
-	engineID FileID // identity self-execs must have
+	hops  map[int]pendingHop
+	hooks []*hookRule
+	// chainElems are the elements of every distinct hook chain, in render
+	// order; chainByShape finds a chain by its matchers' shape and
+	// chainIndex finds the elements an event may match (chains.go).
+	chainElems   []chainElem
+	chainByShape map[string]*hookChain
+	chainIndex   chainIndex
+	candidateBuf []int
+	elemBuf      []chainElem
+	initAt       int    // position of the init event in events, -1 if none
+	engineAt     int    // position of the engine event in events, -1 if none
+	engineID     FileID // identity self-execs must have
 
 	complete       bool // absence can be judged
 	unknownKinds   bool
@@ -514,8 +514,10 @@ type judge struct {
 	matched        map[string]*Match
 }
 
-func newJudge(r *render.Render, events []Event, ids FileIdentities, slots render.SlotValues) *judge {
+func newJudge(r *render.Render, events []Event, ids FileIdentities, slots render.SlotValues, opts judgeOptions) *judge {
 	j := &judge{
+		opts:           opts,
+		chainByShape:   map[string]*hookChain{},
 		r:              r,
 		ids:            ids,
 		slots:          slots,
@@ -579,17 +581,20 @@ func newJudge(r *render.Render, events []Event, ids FileIdentities, slots render
 			continue
 		}
 		hr := &hookRule{name: h.Name, required: h.Required}
+		var elems []*execMatcher
 		for k, e := range h.Chain {
 			var next *render.Exec
 			if k+1 < len(h.Chain) {
 				next = &h.Chain[k+1]
 			}
-			hr.chain = append(hr.chain, j.plannedMatcher(fmt.Sprintf("hook:%s/chain[%d]", h.Name, k), e, next))
-			hr.reached = append(hr.reached, map[int]int{})
+			rule := fmt.Sprintf("hook:%s/chain[%d]", h.Name, k)
+			hr.rules = append(hr.rules, rule)
+			elems = append(elems, j.plannedMatcher(rule, e, next))
 			j.hookPaths[e.Path] = true
 		}
-		j.hooks = append(j.hooks, hr)
+		j.addChain(hr, elems)
 	}
+	j.chainIndex = newChainIndex(j.chainElems)
 	return j
 }
 
@@ -939,29 +944,8 @@ func (j *judge) judgeExec(pos int, e *timedEvent) {
 	}
 
 	// 3. Hook chains.
-	var nearest *matchResult
-	hit, maybe := false, false
-	for _, h := range j.hooks {
-		for k, m := range h.chain {
-			if e.Filename != m.path {
-				continue
-			}
-			res := m.match(&e.Event, j.ids, j.programs)
-			switch res.outcome {
-			case matchYes:
-				hit = true
-				j.match(m.rule, e)
-				j.reach(h, k, pos, e)
-			case matchMaybe:
-				maybe = true
-				h.maybe = true
-			case matchNo:
-				if nearest == nil || len(res.diffs) < len(nearest.diffs) {
-					nearest = &res
-				}
-			}
-		}
-	}
+	sighted := newSighting(&e.Event, j.ids, j.programs)
+	hit, maybe := j.judgeHookChains(pos, e, &sighted)
 	if hit {
 		j.expectHop(pos, e)
 		return
@@ -980,7 +964,8 @@ func (j *judge) judgeExec(pos int, e *timedEvent) {
 		if sc := j.scripts[e.Filename]; sc != nil {
 			// The kernel ran the script by its "#!" line when the argv
 			// says so: the exe is then the interpreter.
-			if diffs, whole := headDiffs("", scriptHead(sc, e.Filename), &e.Event); len(diffs) == 0 && (whole || e.Truncated) {
+			var head diffList
+			if whole := headDiffs(&head, "", scriptHead(sc, e.Filename), &e.Event); head.n == 0 && (whole || e.Truncated) {
 				want, wantText = j.ids.lookup(sc.Interpreter), " (interpreter "+sc.Interpreter+")"
 			}
 		}
@@ -1011,10 +996,13 @@ func (j *judge) judgeExec(pos int, e *timedEvent) {
 	case identityUnknown:
 		j.gap(ReasonExecIdentityUnknown)
 		j.match("identity-undecided", e)
-	case nearest != nil:
-		j.contradictAll(reasonsFor(nearest.diffs, ReasonHookArgvDiffers, ReasonHookBinaryDiffers)...)
-		j.addDiffs(nearest.diffs, e.PID)
 	default:
+		// Only now are the differences worth computing.
+		if nearest := j.nearestHook(e, &sighted); nearest != nil {
+			j.contradictAll(reasonsFor(nearest.diffs, ReasonHookArgvDiffers, ReasonHookBinaryDiffers)...)
+			j.addDiffs(nearest.diffs, e.PID)
+			return
+		}
 		j.contradict(ReasonUnexpectedExec)
 		j.diff(Diff{Rule: "unexpected", Field: FieldExec, Index: -1, Got: describe(&e.Event), EventPID: e.PID})
 	}
@@ -1033,7 +1021,7 @@ func (j *judge) judgeEngineExec(pos int, e *timedEvent) (done, unknown bool) {
 		if x.binary == render.BinaryEngine {
 			wantID = j.engineID
 		}
-		res := x.matcher.matchForm(&e.Event, 0, FileID{})
+		res := x.matcher.matchForm(&e.Event, 0, FileID{}, tally{})
 		if res.outcome == matchNo {
 			continue
 		}
@@ -1054,60 +1042,6 @@ func (j *judge) judgeEngineExec(pos int, e *timedEvent) (done, unknown bool) {
 		}
 	}
 	return false, unknown
-}
-
-// reach records that the event at pos matched Chain[k] of h, and whether it
-// extends a linked occurrence.
-func (j *judge) reach(h *hookRule, k, pos int, e *timedEvent) {
-	if k > 0 && !j.linked(h.reached[k-1], pos, e) {
-		return
-	}
-	h.reached[k][e.PID] = pos
-	if k == len(h.chain)-1 {
-		h.count++
-		if len(h.occurrences) < maxMatchedEvents {
-			h.occurrences = append(h.occurrences, e.ref())
-		}
-	}
-}
-
-// linked reports whether e was exec'd by a process in prev (before pos):
-// the same process after an exec-replacing shell, or a descendant.
-func (j *judge) linked(prev map[int]int, pos int, e *timedEvent) bool {
-	if at, ok := prev[e.PID]; ok && at < pos {
-		return true
-	}
-	seen := map[int]bool{e.PID: true}
-	p := e.PPID
-	for range maxAncestry {
-		if p <= 0 || seen[p] {
-			return false
-		}
-		if at, ok := prev[p]; ok && at < pos {
-			return true
-		}
-		seen[p] = true
-		next, ok := j.parent[p]
-		if !ok {
-			return false
-		}
-		p = next
-	}
-	return false
-}
-
-// judgeHooks counts occurrences and reports required hooks that never ran.
-func (j *judge) judgeHooks() {
-	for _, h := range j.hooks {
-		if h.count > 0 {
-			j.matched["hook:"+h.name] = &Match{Rule: "hook:" + h.name, Count: h.count, Events: h.occurrences}
-			continue
-		}
-		if h.required && j.complete && !h.maybe {
-			j.contradict(ReasonHookNotRun)
-			j.diff(Diff{Rule: "hook:" + h.name, Field: FieldOccurrences, Index: -1, Want: ">=1", Got: "0"})
-		}
-	}
 }
 
 func (j *judge) addDiffs(ds []Diff, pid int) {
