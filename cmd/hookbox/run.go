@@ -7,9 +7,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -290,7 +293,7 @@ func printSummary(w io.Writer, res *launcher.Result) {
 	fmt.Fprintf(w, "hookbox: timings  prepare %dms  create %dms  run %dms  teardown %dms  verify %dms  total %dms\n",
 		res.Timings.Prepare, res.Timings.Create, res.Timings.Run, res.Timings.Teardown, res.Timings.Verify, res.Timings.Total)
 	for _, a := range res.Artifacts {
-		fmt.Fprintf(w, "hookbox: artifact %s  %s %s\n", a.Declared, a.Status, a.Path)
+		fmt.Fprintf(w, "hookbox: artifact %s  %s %s\n", terminalSafe(a.Declared), a.Status, terminalSafe(a.Path))
 	}
 	if len(res.Reasons) > 0 {
 		fmt.Fprintf(w, "hookbox: reasons  %s\n", strings.Join(res.Reasons, ", "))
@@ -353,4 +356,14 @@ func exitCodeOf(res *launcher.Result) int {
 		return exitOOM
 	}
 	return exitInfra
+}
+
+// terminalSafe is s as is when every rune is printable, else s quoted (Go
+// syntax: control characters escaped), so a name the engine chose cannot
+// drive the terminal hookbox prints to.
+func terminalSafe(s string) string {
+	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }
