@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,8 @@ type Parsed struct {
 
 	prefix string // "" or "items[N]." for SpawnList items
 	pos    map[string]Pos
+	// lstat checks host directories at compile time (ParseOptions.Lstat).
+	lstat func(string) (fs.FileInfo, error)
 }
 
 // at returns the position of a field path (relative to the spawn), falling
@@ -178,6 +181,7 @@ func ParseWithOptions(data []byte, file, dir string, readFile func(string) ([]by
 	}
 
 	for _, p := range parsed {
+		p.lstat = opts.Lstat
 		p.validate(diags, readFile)
 	}
 	if err := diags.err(); err != nil {

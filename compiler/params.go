@@ -20,6 +20,7 @@ package compiler
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -36,6 +37,15 @@ type ParseOptions struct {
 	// (hookbox render --set NAME=VALUE). A name the spec does not declare
 	// is an error.
 	Params map[string]string
+	// Lstat, when set, checks at compile time that the workspace and each
+	// addDirs entry are directories (not missing, not files, not
+	// symlinks). hookbox render and run set it to os.Lstat (HostChecks).
+	Lstat func(string) (fs.FileInfo, error)
+}
+
+// HostChecks are the options that check the host paths a spec mounts.
+func HostChecks(params map[string]string) ParseOptions {
+	return ParseOptions{Params: params, Lstat: os.Lstat}
 }
 
 // Param is one declared template slot.
@@ -73,7 +83,12 @@ func ReadFileWithOptions(path string, opts ParseOptions) ([]*Parsed, error) {
 // file, substituting template slot values (nil for none). All problems of
 // the file are reported together.
 func CompileFileWithParams(file string, params map[string]string) ([]*render.Render, error) {
-	parsed, err := ReadFileWithOptions(file, ParseOptions{Params: params})
+	return CompileFileWithOptions(file, ParseOptions{Params: params})
+}
+
+// CompileFileWithOptions is CompileFileWithParams with every parse option.
+func CompileFileWithOptions(file string, opts ParseOptions) ([]*render.Render, error) {
+	parsed, err := ReadFileWithOptions(file, opts)
 	if err != nil {
 		return nil, err
 	}

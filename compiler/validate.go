@@ -3,6 +3,7 @@ package compiler
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -105,6 +106,7 @@ func (p *Parsed) validate(diags *diagnostics, readFile func(string) ([]byte, err
 		p.errf(diags, "spec.workspace", "give the host directory the engine works on (mounted read-only at /workspace), e.g. workspace: .", "spec.workspace is required")
 	default:
 		s.Workspace.Path = p.hostPath(s.Workspace.Path)
+		p.checkHostDir(diags, "spec.workspace", s.Workspace.Path)
 	}
 	seenDirs := map[string]bool{}
 	for i, dir := range s.AddDirs {
@@ -114,6 +116,7 @@ func (p *Parsed) validate(diags *diagnostics, readFile func(string) ([]byte, err
 			continue
 		}
 		s.AddDirs[i] = p.hostPath(dir)
+		p.checkHostDir(diags, field, s.AddDirs[i])
 		if seenDirs[s.AddDirs[i]] {
 			p.errf(diags, field, "remove the duplicate", "%s is granted twice", s.AddDirs[i])
 		}
@@ -493,4 +496,24 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// checkHostDir refuses, at compile time, a directory to mount that is
+// missing, a file, or a symlink (a mount follows a link to wherever it
+// points when the run starts, not where the spec says).
+func (p *Parsed) checkHostDir(diags *diagnostics, field, dir string) {
+	if p.lstat == nil {
+		return
+	}
+	fi, err := p.lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		p.errf(diags, field, "create the directory, or fix the path (a relative path is relative to the spec file)", "%s does not exist", dir)
+	case err != nil:
+		p.errf(diags, field, "check the path and its permissions", "%s: %v", dir, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		p.errf(diags, field, "give the directory the link points to", "%s is a symlink; hookbox mounts directories, not links", dir)
+	case !fi.IsDir():
+		p.errf(diags, field, "give a directory: a file cannot be the workspace or a grant", "%s is a file, not a directory", dir)
+	}
 }

@@ -86,7 +86,7 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 			if err != nil {
 				return usageError{err}
 			}
-			renders, err := compiler.CompileFileWithParams(args[0], params)
+			renders, err := compiler.CompileFileWithOptions(args[0], compiler.HostChecks(params))
 			if err != nil {
 				return err
 			}

@@ -163,8 +163,8 @@ func TestRenderOCI(t *testing.T) {
 	}
 }
 
-// TestRenderOCIRefusesWhatRunRefuses: the spec render prints has passed
-// the mount validation a run applies.
+// TestRenderOCIRefusesWhatRunRefuses: what a run would refuse to mount,
+// render refuses too, as a spec error before anything else.
 func TestRenderOCIRefusesWhatRunRefuses(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.Symlink("/etc", filepath.Join(dir, "link")); err != nil {
@@ -173,8 +173,9 @@ func TestRenderOCIRefusesWhatRunRefuses(t *testing.T) {
 	for _, ws := range []string{"./absent", "./link"} {
 		spec := writeSpec(t, dir, "s.yaml", validHead+"  engine: {kind: exec, path: /bin/true}\n  workspace: "+ws+"\n")
 		code, stdout, stderr := runCLI(t, "render", "--format", "oci", "--state-dir", filepath.Join(dir, "state"), spec)
-		if code == 0 || stdout != "" || !strings.Contains(stderr, "/workspace") {
-			t.Errorf("workspace %s: exit %d, stdout %q, stderr %q; want a refusal naming /workspace", ws, code, stdout, stderr)
+		// Refused at compile time now: a spec error (exit 2) at the field.
+		if code != 2 || stdout != "" || !strings.Contains(stderr, "s.yaml:7:14: spec.workspace: ") {
+			t.Errorf("workspace %s: exit %d, stdout %q, stderr %q; want a spec error at spec.workspace", ws, code, stdout, stderr)
 		}
 	}
 }

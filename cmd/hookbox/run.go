@@ -97,7 +97,7 @@ mount exists. result.json records both digests.`,
 			if err != nil {
 				return usageError{err}
 			}
-			parsed, err := compiler.ReadFileWithOptions(args[0], compiler.ParseOptions{Params: params})
+			parsed, err := compiler.ReadFileWithOptions(args[0], compiler.HostChecks(params))
 			if err != nil {
 				return err
 			}
