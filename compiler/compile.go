@@ -127,6 +127,7 @@ func Compile(p *Parsed) (*render.Render, error) {
 	if err := c.def.build(c); err != nil {
 		return nil, err
 	}
+	c.checkExecSize()
 	if err := c.diags.err(); err != nil {
 		return nil, err
 	}
@@ -373,4 +374,26 @@ func (c *compilation) finish() {
 	c.r.Init = &render.Exec{Path: render.InitPath, Argv: slices.Clone(c.r.Process.Argv)}
 	c.r.BaseDir = c.p.baseDir // every relative path is resolved by now
 	c.r.SortLists()
+}
+
+// checkExecSize refuses an engine exec whose argv and environment (the
+// values known at compile time) exceed what execve accepts: the engine
+// would fail with E2BIG. Values resolved at launch (host variables,
+// secrets) are not counted.
+func (c *compilation) checkExecSize() {
+	total := 0
+	for _, a := range c.r.Process.Argv {
+		total += len(a) + 1 + 8 // the string, its NUL, its pointer
+	}
+	for _, e := range c.r.Process.Env {
+		total += len(e.Name) + 1 + len(e.Value) + 1 + 8
+	}
+	if total > maxArgBytes {
+		field := "spec.prompt"
+		if c.spec.PromptFile != "" {
+			field = "spec.promptFile"
+		}
+		c.p.errf(c.diags, field, "shorten the prompt or the arguments: write long text to a file in the workspace",
+			"the engine's argv and environment are %d bytes; execve accepts at most %d (E2BIG)", total, maxArgBytes)
+	}
 }

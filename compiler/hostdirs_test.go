@@ -54,3 +54,33 @@ func TestHostDirsCheckedAtCompileTime(t *testing.T) {
 		})
 	}
 }
+
+// TestArgumentSizeLimits: what execve would refuse with E2BIG is a spec
+// error at compile time (it used to fail at exec, reported as the engine
+// failing).
+func TestArgumentSizeLimits(t *testing.T) {
+	long := strings.Repeat("x", maxArgStrlen)
+	for name, tc := range map[string]struct{ engine, lines, want string }{
+		"a 128 KiB prompt":    {"{kind: claude, path: /opt/c}", "  prompt: " + long, "test.yaml:7:11: spec.prompt: the prompt is 131072 bytes; the kernel refuses any single argument over 131071 bytes"},
+		"a long engine arg":   {"{kind: exec, path: /bin/true, args: [ok, " + long + "]}", "", "spec.engine.args[1]: an engine argument is 131072 bytes"},
+		"a long env value":    {"{kind: exec, path: /bin/true}", "  env: {set: {BIG: " + long + "}}", "spec.env.set.BIG: the variable is 131076 bytes"},
+		"over 2 MiB in total": {"{kind: exec, path: /bin/true, args: [" + strings.TrimSuffix(strings.Repeat(strings.Repeat("y", 100000)+", ", 22), ", ") + "]}", "", "the engine's argv and environment are"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := tryCompile(spawnYAML(tc.engine, tc.lines))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				msg := "<nil>"
+				if err != nil {
+					msg = err.Error()
+					if len(msg) > 400 {
+						msg = msg[:400]
+					}
+				}
+				t.Errorf("error %s, want %q", msg, tc.want)
+			}
+		})
+	}
+	if _, err := tryCompile(spawnYAML("{kind: claude, path: /opt/c}", "  prompt: "+long[:maxArgStrlen-1000])); err != nil {
+		t.Errorf("a prompt under the limit must compile: %.300v", err)
+	}
+}

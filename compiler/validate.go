@@ -203,6 +203,40 @@ func (p *Parsed) validatePrompt(diags *diagnostics, readFile func(string) ([]byt
 		}
 		p.Prompt, p.HasPrompt = string(data), true
 	}
+	if p.HasPrompt {
+		field := "spec.prompt"
+		if s.PromptFile != "" {
+			field = "spec.promptFile"
+		}
+		p.checkArgSize(diags, field, "the prompt", p.Prompt)
+	}
+	for i, a := range s.Engine.Args {
+		p.checkArgSize(diags, fmt.Sprintf("spec.engine.args[%d]", i), "an engine argument", a)
+	}
+	for _, name := range sortedKeys(s.Env.Set) {
+		p.checkArgSize(diags, "spec.env.set."+name, "the variable", name+"="+s.Env.Set[name])
+	}
+}
+
+// Kernel limits on what execve takes (linux/binfmts.h, fs/exec.c).
+const (
+	// maxArgStrlen is MAX_ARG_STRLEN: one argv or environment string,
+	// its NUL included, beyond which execve fails with E2BIG.
+	maxArgStrlen = 32 * 4096
+	// maxArgBytes is the total of argv and environment strings and their
+	// pointers execve accepts with the default 8 MiB stack limit (a
+	// quarter of it); a larger total fails with E2BIG.
+	maxArgBytes = 2 << 20
+)
+
+// checkArgSize refuses a string that cannot be one argv or environment
+// element: the engine would fail at exec with E2BIG, reported as its own
+// failure.
+func (p *Parsed) checkArgSize(diags *diagnostics, field, what, s string) {
+	if len(s)+1 > maxArgStrlen {
+		p.errf(diags, field, fmt.Sprintf("keep it under %d KiB (write long text to a file in the workspace and point the prompt at it)", maxArgStrlen>>10),
+			"%s is %d bytes; the kernel refuses any single argument over %d bytes (E2BIG)", what, len(s), maxArgStrlen-1)
+	}
 }
 
 func (p *Parsed) validateMCP(diags *diagnostics) {
