@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"hookbox.dev/hookbox/internal/testapi/scripted"
@@ -134,17 +133,15 @@ type Server struct {
 	// serve (they get the API's 404 error).
 	Logf func(format string, args ...any)
 
-	mu       sync.Mutex
-	script   Script
-	inputs   []json.RawMessage // the script's tool inputs, marshalled
-	next     int
-	requests []Request
+	script  Script
+	inputs  []json.RawMessage // the script's tool inputs, marshalled
+	session *scripted.Session[Request]
 }
 
 // NewServer returns a server answering with script. It panics if a tool
 // input does not marshal to a JSON object: the script is wrong.
 func NewServer(script Script) *Server {
-	s := &Server{script: script, inputs: make([]json.RawMessage, len(script))}
+	s := &Server{script: script, session: scripted.NewSession[Request](len(script)), inputs: make([]json.RawMessage, len(script))}
 	for i, turn := range script {
 		if turn.ToolUse == nil {
 			continue
@@ -171,9 +168,7 @@ func StartLoopback(t testing.TB, script Script) (*Server, string) {
 
 // Requests returns every request received so far, in order.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	return s.session.Requests()
 }
 
 // ModelRequests returns the requests to POST /v1/messages, in order.
@@ -229,22 +224,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) record(r Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests = append(s.requests, r)
-}
+func (s *Server) record(r Request) { s.session.Record(r) }
 
 // reply records a model request and builds its answer from the next turn
 // of the script, or the final text once the script is used up.
 func (s *Server) reply(r Request) message {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests = append(s.requests, r)
-	index, turn, input := len(s.script), Turn{Text: FinalText}, json.RawMessage(nil)
-	if s.next < len(s.script) {
-		index, turn, input = s.next, s.script[s.next], s.inputs[s.next]
-		s.next++
+	index, ok := s.session.Next(r)
+	turn, input := Turn{Text: FinalText}, json.RawMessage(nil)
+	if ok {
+		turn, input = s.script[index], s.inputs[index]
 	}
 	msg := message{
 		ID: fmt.Sprintf("msg_hookbox_%02d", index), Type: "message", Role: "assistant", Model: r.Messages.Model,

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"hookbox.dev/hookbox/internal/testapi/scripted"
@@ -131,17 +130,15 @@ type Server struct {
 	// serve (they get the API's 404 error).
 	Logf func(format string, args ...any)
 
-	mu       sync.Mutex
-	script   Script
-	args     []json.RawMessage // the script's call arguments, marshalled
-	next     int
-	requests []Request
+	script  Script
+	args    []json.RawMessage // the script's call arguments, marshalled
+	session *scripted.Session[Request]
 }
 
 // NewServer returns a server answering with script. It panics if call
 // arguments do not marshal to a JSON object: the script is wrong.
 func NewServer(script Script) *Server {
-	s := &Server{script: script, args: make([]json.RawMessage, len(script))}
+	s := &Server{script: script, session: scripted.NewSession[Request](len(script)), args: make([]json.RawMessage, len(script))}
 	for i, turn := range script {
 		if turn.Call == nil {
 			continue
@@ -168,9 +165,7 @@ func StartLoopback(t testing.TB, script Script) (*Server, string) {
 
 // Requests returns every request received so far, in order.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	return s.session.Requests()
 }
 
 // ModelRequests returns the generateContent and streamGenerateContent
@@ -241,23 +236,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) record(r Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests = append(s.requests, r)
-}
+func (s *Server) record(r Request) { s.session.Record(r) }
 
 // reply records a model request and builds its answer from the next turn
 // of the script, or the final text once the script is used up: one chunk
 // per part, the last carrying the finish reason and usage.
 func (s *Server) reply(r Request) []chunk {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests = append(s.requests, r)
-	index, turn, args := len(s.script), Turn{Text: FinalText}, json.RawMessage(nil)
-	if s.next < len(s.script) {
-		index, turn, args = s.next, s.script[s.next], s.args[s.next]
-		s.next++
+	index, ok := s.session.Next(r)
+	turn, args := Turn{Text: FinalText}, json.RawMessage(nil)
+	if ok {
+		turn, args = s.script[index], s.args[index]
 	}
 	var parts []Part
 	if turn.Text != "" || turn.Call == nil {

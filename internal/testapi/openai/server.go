@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"hookbox.dev/hookbox/internal/testapi/scripted"
@@ -138,18 +137,16 @@ type Server struct {
 	// serve (they get the API's 404 error).
 	Logf func(format string, args ...any)
 
-	mu       sync.Mutex
-	script   Script
-	args     []string // the script's call arguments, marshalled
-	next     int
-	requests []Request
+	script  Script
+	args    []string // the script's call arguments, marshalled
+	session *scripted.Session[Request]
 }
 
 // NewServer returns a server answering with script. It panics if a turn
 // makes two calls or call arguments do not marshal to a JSON object: the
 // script is wrong.
 func NewServer(script Script) *Server {
-	s := &Server{script: script, args: make([]string, len(script))}
+	s := &Server{script: script, session: scripted.NewSession[Request](len(script)), args: make([]string, len(script))}
 	for i, turn := range script {
 		if turn.Call != nil && turn.Custom != nil {
 			panic(fmt.Sprintf("openai.NewServer: turn %d calls both a function and a custom tool", i))
@@ -179,9 +176,7 @@ func StartLoopback(t testing.TB, script Script) (*Server, string) {
 
 // Requests returns every request received so far, in order.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	return s.session.Requests()
 }
 
 // ModelRequests returns the requests to POST /v1/responses, in order.
@@ -229,22 +224,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(resp)
 }
 
-func (s *Server) record(r Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests = append(s.requests, r)
-}
+func (s *Server) record(r Request) { s.session.Record(r) }
 
 // reply records a model request and builds its answer from the next turn
 // of the script, or the final text once the script is used up.
 func (s *Server) reply(r Request) response {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests = append(s.requests, r)
-	index, turn, args := len(s.script), Turn{Text: FinalText}, ""
-	if s.next < len(s.script) {
-		index, turn, args = s.next, s.script[s.next], s.args[s.next]
-		s.next++
+	index, ok := s.session.Next(r)
+	turn, args := Turn{Text: FinalText}, ""
+	if ok {
+		turn, args = s.script[index], s.args[index]
 	}
 	resp := response{
 		ID: fmt.Sprintf("resp_hookbox_%02d", index), Object: "response", Status: "completed", Model: r.Responses.Model,

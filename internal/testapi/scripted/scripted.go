@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -95,4 +96,45 @@ func KeyDigest(values []string) string {
 	}
 	sum := sha256.Sum256([]byte(strings.Join(values, "\x00")))
 	return hex.EncodeToString(sum[:])
+}
+
+// Session is what every scripted server keeps while it serves: the
+// requests it received, in order, and how far into its script (of turns
+// turns) it is. The zero Session is not usable; use NewSession.
+type Session[R any] struct {
+	mu       sync.Mutex
+	turns    int
+	next     int
+	requests []R
+}
+
+// NewSession is a session over a script of turns turns.
+func NewSession[R any](turns int) *Session[R] { return &Session[R]{turns: turns} }
+
+// Record records a request that takes no turn.
+func (s *Session[R]) Record(r R) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, r)
+}
+
+// Next records a model request and gives it the script's next turn: its
+// index, or ok false (index = the number of turns) once the script is
+// used up.
+func (s *Session[R]) Next(r R) (index int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, r)
+	if s.next >= s.turns {
+		return s.turns, false
+	}
+	s.next++
+	return s.next - 1, true
+}
+
+// Requests returns every request recorded so far, in order.
+func (s *Session[R]) Requests() []R {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]R(nil), s.requests...)
 }
