@@ -98,7 +98,8 @@ func (c *compilation) scriptStep(s ScriptStep) (render.ScriptStep, error) {
 		out.Daemonize = &render.ScriptDaemonize{Marker: s.Daemonize.Marker}
 	}
 	if s.Fork != nil {
-		out.Fork = &render.ScriptFork{Count: s.Fork.Count, SleepMS: s.Fork.Sleep.Milliseconds()}
+		out.Fork = &render.ScriptFork{Count: s.Fork.Count, SleepMS: s.Fork.Sleep.Milliseconds(),
+			AllocateBytes: s.Fork.Allocate.Value(), Wait: s.Fork.Wait}
 	}
 	if len(s.Exec) > 0 {
 		out.Exec = slices.Clone([]string(s.Exec)) // already container paths

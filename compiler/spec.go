@@ -147,8 +147,10 @@ type DaemonizeStep struct {
 }
 
 type ForkStep struct {
-	Count int      `json:"count"`
-	Sleep Duration `json:"sleep,omitempty"`
+	Count    int      `json:"count"`
+	Sleep    Duration `json:"sleep,omitempty"`
+	Allocate Quantity `json:"allocate,omitempty" doc:"Each child allocates and touches this much memory before it sleeps."`
+	Wait     bool     `json:"wait,omitempty" doc:"Wait for the children and print how each ended."`
 }
 
 // Notify configures the host-side notifier (package notify). It decodes

@@ -451,8 +451,19 @@ func TestMemoryAndPidsLimits(t *testing.T) {
 	if oom.Status != launcher.StatusOOMKilled {
 		t.Errorf("allocating past the memory limit: status %s %v, want oom_killed", oom.Status, oom.Reasons)
 	}
+	// A child ended by the OOM killer while the engine exits 0 with its
+	// artifact: the status is the engine's, the kill a reason.
+	child := e.run(e.spec("child-oom", `- fork: {count: 1, allocate: 512Mi, sleep: 1ms, wait: true}
+- write: {path: /run/hookbox/out/done.txt, content: done}`, "  limits: {memory: 64Mi}", "  artifacts: [done.txt]"))
+	res := child.mustResult(t)
+	if res.Status != launcher.StatusCompleted || !slices.Contains(res.Reasons, launcher.ReasonOOM) {
+		t.Errorf("a child OOM-killed while the engine exits 0: status %s %v, want completed with reason %s", res.Status, res.Reasons, launcher.ReasonOOM)
+	}
+	if !strings.Contains(child.output(), `"how":"signal: killed"`) {
+		t.Errorf("the child was not killed: %s", child.output())
+	}
 	bomb := e.run(e.spec("forkbomb", "- fork: {count: 2000}\n- print: after", "  limits: {pids: 32}"))
-	res := bomb.mustResult(t)
+	res = bomb.mustResult(t)
 	out := bomb.output()
 	var started struct {
 		Started int `json:"started"`

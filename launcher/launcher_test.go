@@ -50,6 +50,9 @@ func TestDecideStatus(t *testing.T) {
 		{"idle watchdog", ReasonIdle, false, nil, StatusTimedOut, ReasonIdle, ""},
 		{"cancelled", ReasonSignal, false, code(143), StatusCancelled, ReasonSignal, "terminated"},
 		{"oom", "", true, code(137), StatusOOMKilled, ReasonOOM, "killed"},
+		{"oom without an exit status", "", true, nil, StatusOOMKilled, ReasonOOM, ""},
+		{"a child's oom, engine exits 0", "", true, code(0), StatusCompleted, ReasonOOM, ""},
+		{"a child's oom, engine fails", "", true, code(1), StatusFailed, ReasonOOM, ""},
 		{"unknown exit", "", false, nil, StatusInfraError, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

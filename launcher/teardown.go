@@ -93,9 +93,34 @@ func (x *execution) decideStatus(oom bool) {
 	case x.killedFor == ReasonSignal:
 		res.Status = StatusCancelled
 		res.Reasons = append(res.Reasons, ReasonSignal)
-	case oom:
+	case oom && engineKilled(res.ExitCode):
 		res.Status = StatusOOMKilled
 		res.Reasons = append(res.Reasons, ReasonOOM)
+	case oom:
+		// The OOM killer ended some other process of the run (a tool, a
+		// hook, a child) and the engine exited on its own: the status is
+		// the engine's, the kill is a reason (docs/cli.md).
+		res.Reasons = append(res.Reasons, ReasonOOM)
+		x.statusFromExit()
+	default:
+		x.statusFromExit()
+	}
+	if res.ExitCode != nil && *res.ExitCode > 128 && *res.ExitCode < 128+65 {
+		res.Signal = syscall.Signal(*res.ExitCode - 128).String()
+	}
+}
+
+// engineKilled reports whether the engine's exit status is what a SIGKILL
+// leaves: no status of its own, or 128+9 from hookbox-init (or a shell) for
+// a child ended by the signal.
+func engineKilled(code *int) bool {
+	return code == nil || *code == 128+int(syscall.SIGKILL)
+}
+
+// statusFromExit sets the status from the engine's own exit code.
+func (x *execution) statusFromExit() {
+	res := x.result
+	switch {
 	case res.ExitCode == nil:
 		res.Status = StatusInfraError
 		if res.Error == "" {
@@ -105,9 +130,6 @@ func (x *execution) decideStatus(oom bool) {
 		res.Status = StatusFailed
 	default:
 		res.Status = StatusCompleted
-	}
-	if res.ExitCode != nil && *res.ExitCode > 128 && *res.ExitCode < 128+65 {
-		res.Signal = syscall.Signal(*res.ExitCode - 128).String()
 	}
 }
 

@@ -38,7 +38,9 @@ type ScriptStep struct {
 	Daemonize *ScriptDaemonize `json:"daemonize,omitempty"`
 	// AllocateBytes allocates and touches memory, and keeps it.
 	AllocateBytes int64 `json:"allocate_bytes,omitempty"`
-	// Fork starts Count children that sleep SleepMS (forever when 0).
+	// Fork starts Count children that each allocate AllocateBytes and sleep
+	// SleepMS (forever when 0); with Wait the engine waits for them and
+	// prints how each ended.
 	Fork *ScriptFork `json:"fork,omitempty"`
 	// EnvHash prints "sha256:<hex>" of the named variable's value.
 	EnvHash string `json:"env_hash,omitempty"`
@@ -63,6 +65,8 @@ type ScriptDaemonize struct {
 }
 
 type ScriptFork struct {
-	Count   int   `json:"count"`
-	SleepMS int64 `json:"sleep_ms,omitempty"`
+	Count         int   `json:"count"`
+	SleepMS       int64 `json:"sleep_ms,omitempty"`
+	AllocateBytes int64 `json:"allocate_bytes,omitempty"`
+	Wait          bool  `json:"wait,omitempty"`
 }

@@ -142,15 +142,26 @@ func (e *engine) step(s render.ScriptStep) (code int, exit bool) {
 		kept = append(kept, buf)
 		emit(map[string]any{"type": "allocated", "bytes": s.AllocateBytes})
 	case s.Fork != nil:
-		started := 0
+		var children []*exec.Cmd
 		for i := 0; i < s.Fork.Count; i++ {
-			if err := startSelf(childArgv0, false, strconv.FormatInt(s.Fork.SleepMS, 10)); err != nil {
-				emit(map[string]any{"type": "fork", "started": started, "error": err.Error()})
+			child, err := startChild(strconv.FormatInt(s.Fork.SleepMS, 10), strconv.FormatInt(s.Fork.AllocateBytes, 10))
+			if err != nil {
+				emit(map[string]any{"type": "fork", "started": len(children), "error": err.Error()})
 				return 1, false
 			}
-			started++
+			children = append(children, child)
 		}
-		emit(map[string]any{"type": "fork", "started": started})
+		emit(map[string]any{"type": "fork", "started": len(children)})
+		if !s.Fork.Wait {
+			for _, c := range children {
+				c.Process.Release()
+			}
+			break
+		}
+		for _, c := range children {
+			err := c.Wait()
+			emit(map[string]any{"type": "child_exit", "pid": c.Process.Pid, "how": c.ProcessState.String(), "error": errText(err)})
+		}
 	case s.EnvHash != "":
 		sum := sha256.Sum256([]byte(os.Getenv(s.EnvHash)))
 		emit(map[string]any{"type": "env_hash", "name": s.EnvHash, "sha256": hex.EncodeToString(sum[:])})
@@ -189,15 +200,28 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// startSelf re-execs this binary under argv0, optionally in a new session.
+// startSelf re-execs this binary under argv0, optionally in a new session,
+// and does not wait for it.
 func startSelf(argv0 string, setsid bool, args ...string) error {
-	cmd := exec.Command("/proc/self/exe", args...)
-	cmd.Args[0] = argv0
+	cmd := selfCommand(argv0, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
 	return cmd.Process.Release()
+}
+
+// startChild starts a fork child (runChild), for the caller to wait for or
+// release.
+func startChild(args ...string) (*exec.Cmd, error) {
+	cmd := selfCommand(childArgv0, args...)
+	return cmd, cmd.Start()
+}
+
+func selfCommand(argv0 string, args ...string) *exec.Cmd {
+	cmd := exec.Command("/proc/self/exe", args...)
+	cmd.Args[0] = argv0
+	return cmd
 }
 
 // runDaemon is the classic double fork: stage1 (already in a new session)
@@ -216,8 +240,19 @@ func runDaemon(args []string) {
 	}
 }
 
+// runChild is a fork child: hookbox-scripted-child SLEEP_MS [ALLOCATE_BYTES]
+// allocates and touches ALLOCATE_BYTES, then sleeps SLEEP_MS (forever when
+// 0).
 func runChild(args []string) {
 	ms, _ := strconv.ParseInt(firstOr(args, "0"), 10, 64)
+	if len(args) > 1 {
+		n, _ := strconv.ParseInt(args[1], 10, 64)
+		buf := make([]byte, max(n, 0))
+		for i := 0; i < len(buf); i += 4096 {
+			buf[i] = 1
+		}
+		kept = append(kept, buf)
+	}
 	if ms <= 0 {
 		for {
 			time.Sleep(time.Hour)
