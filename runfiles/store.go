@@ -48,13 +48,11 @@ type Store struct {
 	root string
 }
 
-// storeDirMode is the mode of the store's directories: private to the
-// store's owner. Objects and trees keep the restrictions of the host files
-// they copy (objectMode), but only the store's root shields what it holds
-// from every other host user, whatever the objects' modes; the containers
-// reach their trees through overlayfs, which looks the layer up with the
-// credentials of whoever mounted it (the store's owner, or root), not the
-// container's. See "Permissions" in the package doc.
+// storeDirMode is the mode of every directory of the store's layout:
+// private to its owner, so no other host user reaches an object or a tree,
+// whatever its mode. Containers are not stopped by it: overlayfs looks a
+// lower layer up with the credentials of whoever mounted it (root, or the
+// rootless user's containerd: the store's owner), not the container's.
 const storeDirMode fs.FileMode = 0o700
 
 // OpenStore opens (creating as needed) the store under root, typically
