@@ -40,6 +40,8 @@ type Parsed struct {
 	pos    map[string]Pos
 	// lstat checks host directories at compile time (ParseOptions.Lstat).
 	lstat func(string) (fs.FileInfo, error)
+	// stat checks named programs at compile time (ParseOptions.Stat).
+	stat func(string) (fs.FileInfo, error)
 }
 
 // at returns the position of a field path (relative to the spawn), falling
@@ -181,7 +183,7 @@ func ParseWithOptions(data []byte, file, dir string, readFile func(string) ([]by
 	}
 
 	for _, p := range parsed {
-		p.lstat = opts.Lstat
+		p.lstat, p.stat = opts.Lstat, opts.Stat
 		p.validate(diags, readFile)
 	}
 	if err := diags.err(); err != nil {

@@ -41,11 +41,18 @@ type ParseOptions struct {
 	// addDirs entry are directories (not missing, not files, not
 	// symlinks). hookbox render and run set it to os.Lstat (HostChecks).
 	Lstat func(string) (fs.FileInfo, error)
+	// Stat, when set, checks at compile time that each program the spec
+	// names (engine.path, tools, hook argv[0]) is, once its symlinks are
+	// followed as exec follows them, a regular file that other users may
+	// read and execute. hookbox render and run set it to os.Stat
+	// (HostChecks).
+	Stat func(string) (fs.FileInfo, error)
 }
 
-// HostChecks are the options that check the host paths a spec mounts.
+// HostChecks are the options that check the host paths a spec mounts and
+// the programs it names.
 func HostChecks(params map[string]string) ParseOptions {
-	return ParseOptions{Params: params, Lstat: os.Lstat}
+	return ParseOptions{Params: params, Lstat: os.Lstat, Stat: os.Stat}
 }
 
 // Param is one declared template slot.

@@ -64,7 +64,7 @@ type SpawnSpec struct {
 	AddDirs    []string              `json:"addDirs,omitempty" doc:"Extra host directories granted read-only, mounted at /grants/<basename>."`
 	MCPServers *map[string]MCPServer `json:"mcpServers,omitempty" doc:"MCP servers. Absent: the engine discovers its own. {} (explicitly empty): the engine gets no server at all."`
 	Hooks      []Hook                `json:"hooks,omitempty" doc:"Programs the engine runs on its events. At most 128 per spawn: verifying a run compares every exec with the hooks, so more is a spec error."`
-	Tools      []string              `json:"tools,omitempty" doc:"Host programs the engine and hooks may run (e.g. /bin/sh, /usr/bin/git). They become read-only runfiles at the same path."`
+	Tools      []string              `json:"tools,omitempty" doc:"Host programs the engine and hooks may run (e.g. /bin/sh, /usr/bin/git): regular files every user of the host may read and execute, never directories. They become read-only runfiles at the same path."`
 	Env        Env                   `json:"env,omitempty"`
 	Secrets    []Secret              `json:"secrets,omitempty" doc:"Secret environment variables. A name: the value is resolved at launch from the host environment or the lookup command of the user's global config, never appears in the render, and is given to the engine. {name: NAME, gateway: anthropic|openai|gemini[, upstream: https://HOST]}: the value never enters the container; the engine gets a placeholder and its base URL pointed at hookbox's model gateway in its network namespace, which adds the real value on the host side (the upstream is allowed automatically)."`
 	Limits     Limits                `json:"limits,omitempty"`
@@ -76,7 +76,7 @@ type SpawnSpec struct {
 
 type Engine struct {
 	Kind    string       `json:"kind" doc:"Which program this spawn runs." enum:"claude,codex,gemini,pi,exec,scripted"`
-	Path    string       `json:"path" doc:"Host path of the engine's entry binary; relative to the spec file."`
+	Path    string       `json:"path" doc:"Host path of the engine's entry binary (a regular file every user of the host may read and execute); relative to the spec file."`
 	Model   string       `json:"model,omitempty"`
 	Effort  string       `json:"effort,omitempty" doc:"Reasoning effort, case-insensitive: none, minimal, low, medium, high, xhigh, max or ultra; clamped per engine and model."`
 	BaseURL string       `json:"baseURL,omitempty" doc:"Where the engine sends its model requests instead of its provider's API, in the form its own setting takes: claude ANTHROPIC_BASE_URL (http://HOST:PORT, no /v1), codex a Responses API provider base_url (with /v1; the key is OPENAI_API_KEY), gemini GOOGLE_GEMINI_BASE_URL (no /v1beta; the key is GEMINI_API_KEY), pi the baseUrl of the model's provider in models.json. Under an allowlist, model-api then means this host."`

@@ -90,6 +90,7 @@ func (p *Parsed) validate(diags *diagnostics, readFile func(string) ([]byte, err
 		p.errf(diags, "spec.engine.path", "give the host path of the engine binary, e.g. /usr/local/bin/claude", "spec.engine.path is required")
 	} else {
 		s.Engine.Path = p.hostPath(s.Engine.Path)
+		p.checkHostProgram(diags, "spec.engine.path", s.Engine.Path)
 	}
 	if s.Engine.Effort != "" {
 		s.Engine.Effort = strings.ToLower(strings.TrimSpace(s.Engine.Effort))
@@ -283,6 +284,7 @@ func (p *Parsed) validateTools(diags *diagnostics) {
 			continue
 		}
 		s.Tools[i] = p.hostPath(tool)
+		p.checkHostProgram(diags, field, s.Tools[i])
 		if seen[s.Tools[i]] {
 			p.errf(diags, field, "remove the duplicate", "tool %s is declared twice", s.Tools[i])
 		}
@@ -340,6 +342,7 @@ func (p *Parsed) validateHooks(diags *diagnostics) {
 			continue
 		}
 		h.Argv[0] = p.hostPath(h.Argv[0])
+		p.checkHostProgram(diags, field+".argv[0]", h.Argv[0])
 		for j, arg := range h.Argv[1:] {
 			if slot, ok := render.SlotName(arg); ok {
 				if !slices.Contains(render.LaunchSlots, slot) {
@@ -549,5 +552,35 @@ func (p *Parsed) checkHostDir(diags *diagnostics, field, dir string) {
 		p.errf(diags, field, "give the directory the link points to", "%s is a symlink; hookbox mounts directories, not links", dir)
 	case !fi.IsDir():
 		p.errf(diags, field, "give a directory: a file cannot be the workspace or a grant", "%s is a file, not a directory", dir)
+	}
+}
+
+// checkHostProgram refuses, at compile time, a program the spec names that
+// is not one: a directory, a device or socket, or a file other users may not
+// both read and execute. Programs are copied into the runfiles store and
+// run in the container as ContainerUID, which is never the store's owner:
+// it gets what other users of the host get (runfiles keeps a file's
+// restrictions, see the runfiles package doc), so a private program could
+// not run there, and hookbox never makes one readable to others. Package
+// trees an engine profile adds are directories resolved by hookbox, not
+// named here. A program missing on this host is left to the runfiles
+// stage: a plan-only render (for Kubernetes) may name another host's.
+func (p *Parsed) checkHostProgram(diags *diagnostics, field, prog string) {
+	if p.stat == nil {
+		return
+	}
+	fi, err := p.stat(prog)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		p.errf(diags, field, "check the path and its permissions", "%s: %v", prog, err)
+	case fi.IsDir():
+		p.errf(diags, field, "name the executable file itself, not a directory: hookbox copies programs and what they need",
+			"%s is a directory, not a program", prog)
+	case !fi.Mode().IsRegular():
+		p.errf(diags, field, "name an executable regular file", "%s is a %v, not a program", prog, fi.Mode().Type())
+	case fi.Mode().Perm()&0o005 != 0o005:
+		p.errf(diags, field, "name a program every user of this host may read and run (mode o+rx, e.g. 0755): hookbox never carries into a container a file whose mode keeps other users out",
+			"%s (mode %04o) is not readable and executable by other users; the container runs it as uid %d, which gets only what other users get", prog, fi.Mode().Perm(), ContainerUID)
 	}
 }

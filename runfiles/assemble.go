@@ -120,9 +120,10 @@ func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Option
 	res := &Result{Stats: Stats{Entries: len(manifest), Files: len(files)}}
 	objects := make(map[string]objectUse, len(files))
 	var (
-		mu     sync.Mutex
-		done   int
-		newObj bool
+		mu   sync.Mutex
+		done int
+		// newIn: the objects directories (by mode) that got a new name.
+		newIn = make(map[fs.FileMode]bool)
 	)
 	err = parallel(ctx, len(files), func(ctx context.Context, k int) error {
 		e := manifest[files[k]]
@@ -144,7 +145,9 @@ func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Option
 			res.Stats.ObjectsRehashed++
 			res.Stats.BytesRehashed += st.size
 		}
-		newObj = newObj || st.copied > 0
+		if st.copied > 0 {
+			newIn[objectMode(e.Mode)] = true
+		}
 		if st.repair != nil {
 			res.Repairs = append(res.Repairs, *st.repair)
 		}
@@ -159,8 +162,8 @@ func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Option
 	}
 	slices.SortFunc(res.Repairs, func(a, b Repair) int { return strings.Compare(a.Object, b.Object) })
 	res.Stats.Repaired = len(res.Repairs)
-	if newObj {
-		for _, mode := range []fs.FileMode{0o555, 0o444} {
+	for _, mode := range objectModes {
+		if newIn[mode] {
 			if err := syncDir(s.objectsDir(mode)); err != nil {
 				return nil, err
 			}

@@ -33,7 +33,9 @@
 //     looked up on Options.Path, which must be the container's PATH.
 //   - a directory is taken whole; symlinks inside it are kept only when they
 //     resolve inside it (ErrEscapingSymlink otherwise). ELF files inside are
-//     chased for libraries only with Options.TreeELF.
+//     chased for libraries only with Options.TreeELF. (hookbox's compiler
+//     refuses a directory named as a program; its renders take directories
+//     only as package trees.)
 //   - Options.Packages: Node package directories, each with the packages it
 //     depends on as Node resolves them (NodeDependencies: "dependencies",
 //     "optionalDependencies", "peerDependencies", "bundleDependencies",
@@ -50,19 +52,50 @@
 // The manifest (render.Runfile.Mode) keeps the host permission bits (0777
 // mask; setuid, setgid and sticky are never carried). The assembled tree
 // normalises them, because its files are owned by the store's owner and not
-// by the host owner, and because they must be read-only: a file is 0555 when
-// the host mode has any execute bit and 0444 otherwise; a directory is 0555.
-// TreeMode gives the mapping. Every tree file has the modification time
+// by the host owner, and because they must be read-only, but it never gives
+// anyone access the host file did not give them (TreeMode):
+//
+//   - a file's owner class (the store's owner, who read the host file) may
+//     read it, and execute it when the host mode has any execute bit;
+//   - its group and others get exactly the read and execute bits the host
+//     file gives others (the group is the store's, not the host file's, so
+//     it gets no more than others): 0755 → 0555, 0644 → 0444, 0750 → 0500,
+//     0640 and 0600 → 0400;
+//   - a directory is 0555 whatever its host mode: a tree holds only the
+//     closure's entries, never the rest of a private host directory, and
+//     programs under a 0700 home directory must stay reachable.
+//
+// A container's processes are never the store's owner nor in its group,
+// so they get from each tree file what other users of the host get from
+// the host file. Every tree file has the modification time
 // 1970-01-01T00:00:01Z (the seal mtime, see Store), so tools that compare
 // source and cache mtimes (Python's timestamp-based .pyc) treat their caches
 // as stale: they still work, without the cache.
+//
+// # Permissions
+//
+// The store's directories (runfiles/ and every directory of its layout)
+// are 0700: no other host user can list or read anything in it, whatever
+// the objects' modes. The trees need no more: overlayfs looks a lower
+// layer up with the credentials of whoever mounted it (root, or the
+// rootless user's containerd, which is the store's owner in its user
+// namespace), and checks each file's own mode against the container's
+// process. OpenStore creates the directories so and tightens those of a
+// store written by an older hookbox (0755); it refuses one it cannot
+// tighten. Objects stored by an older hookbox under the wider modes keep
+// their names (sha256-0444/<hex> says the content, not the mode of the
+// file it came from); no new tree links them for a restricted host file,
+// whose objects have directories of their own, and an older tree whose
+// files have the wider modes no longer matches its manifest's tree modes,
+// so it is rebuilt when next used.
 //
 // # Store
 //
 // Layout under the root given to OpenStore (the cache directory for the CLI):
 //
-//	runfiles/sha256/<hex>        content of executables, mode 0555
-//	runfiles/sha256-0444/<hex>   content of other files, mode 0444
+//	runfiles/sha256/<hex>        content of files of mode 0555
+//	runfiles/sha256-<mode>/<hex> content of files of another mode (0444,
+//	                             0544, 0511, 0500, 0400: objectModes)
 //	runfiles/stat/<key>          stat cache: host file identity → digest,
 //	                             and the seal of the object holding it
 //	runfiles/trees/<hex>/        assembled trees, <hex> = manifest digest
@@ -70,7 +103,8 @@
 //
 // <hex> is the lowercase hex sha256 of the content (of the canonical
 // manifest for trees). The same content is stored once per mode it is
-// needed with, because a tree's hard link shares its object's mode.
+// needed with, because a tree's hard link shares its object's mode. Every
+// directory of the layout is 0700 (see Permissions).
 //
 // A store object is written once: the host file is read once, and every
 // byte read goes both into sha256 and into a temporary file in the store

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParseShebang(t *testing.T) {
@@ -338,5 +341,27 @@ func TestReadELFSynthetic(t *testing.T) {
 			info.nodeflib != (c.flags1 != 0) || info.class != elf.ELFCLASS64 || info.machine != elf.EM_X86_64 {
 			t.Errorf("%+v: read %+v", c, info)
 		}
+	}
+}
+
+// TestReadShebangFIFO: a FIFO named as a program is not a script, and
+// reading it does not wait for a writer (it hung the compile).
+func TestReadShebangFIFO(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan bool)
+	go func() {
+		_, ok, err := ReadShebang(p)
+		done <- ok || err != nil
+	}()
+	select {
+	case bad := <-done:
+		if bad {
+			t.Error("a FIFO was taken for a script")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadShebang blocks on a FIFO")
 	}
 }

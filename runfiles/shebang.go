@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // shebangBufSize is how much of a file the kernel reads to find "#!"
@@ -162,14 +163,18 @@ type ScriptInfo struct {
 }
 
 // ReadShebang reads the "#!" line of the file at path the way the kernel
-// does. ok is false for a file that is not a script (or cannot be read:
-// the closure reports that later, with context).
+// does. ok is false for a file that is not a script (or cannot be read, or
+// is not a regular file: the closure reports that later, with context).
 func ReadShebang(path string) (info ScriptInfo, ok bool, err error) {
-	f, err := os.Open(path)
+	// Non-blocking: opening a FIFO would otherwise wait for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ScriptInfo{}, false, nil
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return ScriptInfo{}, false, nil
+	}
 	head := make([]byte, shebangBufSize)
 	n, _ := io.ReadFull(f, head)
 	interp, arg, isScript, err := parseShebang(head[:n])

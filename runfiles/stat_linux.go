@@ -57,3 +57,11 @@ func retryEINTR(f func() (int, error)) (int, error) {
 		}
 	}
 }
+
+// ownerHint names the owner of a file for an error message: " (uid N)".
+func ownerHint(fi fs.FileInfo) string {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fmt.Sprintf(" (uid %d)", st.Uid)
+	}
+	return ""
+}

@@ -15,3 +15,6 @@ func statKeyOf(fi fs.FileInfo) statKey {
 
 // readRecord reads a small store record (a stat-cache entry, a seal).
 func readRecord(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// ownerHint names the owner of a file for an error message (unknown here).
+func ownerHint(fs.FileInfo) string { return "" }

@@ -48,31 +48,72 @@ type Store struct {
 	root string
 }
 
+// storeDirMode is the mode of every directory of the store's layout:
+// private to its owner, so no other host user reaches an object or a tree,
+// whatever its mode. Containers are not stopped by it: overlayfs looks a
+// lower layer up with the credentials of whoever mounted it (root, or the
+// rootless user's containerd: the store's owner), not the container's.
+const storeDirMode fs.FileMode = 0o700
+
 // OpenStore opens (creating as needed) the store under root, typically
-// hookbox's cache directory (config.CacheDir).
+// hookbox's cache directory (config.CacheDir). The runfiles directory and
+// every directory of the store's layout are made private (0700): a store
+// written by an older hookbox, whose directories were 0755, is tightened
+// here; one that cannot be (another user's) is refused.
 func OpenStore(root string) (*Store, error) {
 	if !filepath.IsAbs(root) {
 		return nil, fmt.Errorf("runfiles: %w: store root %q is not an absolute path", ErrUnsupported, root)
 	}
 	s := &Store{root: filepath.Clean(root)}
-	for _, d := range []string{s.objectsDir(0o555), s.objectsDir(0o444), s.statDir(), s.treesDir(), s.tmpDir()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	if err := os.MkdirAll(s.root, 0o755); err != nil {
+		return nil, fmt.Errorf("runfiles: opening store: %w", err)
+	}
+	dirs := []string{filepath.Join(s.root, "runfiles"), s.statDir(), s.treesDir(), s.tmpDir()}
+	for _, mode := range objectModes {
+		dirs = append(dirs, s.objectsDir(mode))
+	}
+	for _, d := range dirs {
+		if err := privateDir(d); err != nil {
 			return nil, fmt.Errorf("runfiles: opening store: %w", err)
 		}
 	}
 	return s, nil
 }
 
+// privateDir makes sure d is a directory (not a symlink) with mode
+// storeDirMode, creating it or tightening its mode.
+func privateDir(d string) error {
+	if err := os.Mkdir(d, storeDirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	fi, err := os.Lstat(d)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%w: %s is a %v, not a directory; remove it (the store is a cache, rebuilt on the next run)", ErrUnsupported, d, fi.Mode().Type())
+	}
+	if fi.Mode().Perm() == storeDirMode {
+		return nil
+	}
+	if err := os.Chmod(d, storeDirMode); err != nil {
+		return fmt.Errorf("%s has mode %04o and cannot be made private (%04o), so other users could read what the store copied: %w; "+
+			"use the store as its owner%s, or remove it (a cache, rebuilt on the next run)", d, fi.Mode().Perm(), storeDirMode, err, ownerHint(fi))
+	}
+	return nil
+}
+
 // Root is the directory the store was opened at.
 func (s *Store) Root() string { return s.root }
 
-// objectsDir is the directory of objects with the given mode: sha256 for
-// executables (0555), sha256-0444 for the rest.
+// objectsDir is the directory of objects with the given mode (one of
+// objectModes): sha256 for 0555, sha256-<mode> (e.g. sha256-0444) for the
+// others.
 func (s *Store) objectsDir(mode fs.FileMode) string {
 	if mode == 0o555 {
 		return filepath.Join(s.root, "runfiles", "sha256")
 	}
-	return filepath.Join(s.root, "runfiles", "sha256-0444")
+	return filepath.Join(s.root, "runfiles", fmt.Sprintf("sha256-%04o", uint32(mode.Perm())))
 }
 
 func (s *Store) statDir() string  { return filepath.Join(s.root, "runfiles", "stat") }
@@ -81,8 +122,8 @@ func (s *Store) tmpDir() string   { return filepath.Join(s.root, "runfiles", "tm
 
 // ObjectPath is where the store keeps content sha256Hex (lowercase hex) for
 // a file with host mode hostMode. Every object is named by its digest alone;
-// executables (any x bit in hostMode) and other files live in separate
-// directories because a tree's hard link shares its object's mode.
+// objects of each mode (objectMode) live in a directory of their own
+// because a tree's hard link shares its object's mode.
 func (s *Store) ObjectPath(sha256Hex string, hostMode uint32) string {
 	return s.object(sha256Hex, 0, hostMode).path
 }
@@ -93,13 +134,28 @@ func (s *Store) TreePath(manifestDigest string) string {
 	return filepath.Join(s.treesDir(), strings.TrimPrefix(manifestDigest, "sha256:"))
 }
 
-// objectMode is the mode of a store object (and tree file) for a host mode.
+// objectMode is the mode of a store object (and tree file) for a host
+// mode: read-only; its owner (the store's owner, who read the host file)
+// may read it, and execute it when the host mode has any execute bit; its
+// group and everyone else get what the host file gives others, read and
+// execute bits only. 0755 → 0555, 0644 → 0444, 0750 → 0500, 0640 and
+// 0600 → 0400. The object's owner and group are the store's, not the host
+// file's, so its group is given no more than others: nobody but the
+// store's owner gains access the host file did not give them (a
+// container's user, always another uid, gets exactly what other users of
+// the host get).
 func objectMode(hostMode uint32) fs.FileMode {
+	others := fs.FileMode(hostMode) & 0o005
+	mode := 0o400 | others<<3 | others
 	if hostMode&0o111 != 0 {
-		return 0o555
+		mode |= 0o100
 	}
-	return 0o444
+	return mode
 }
+
+// objectModes are every mode objectMode returns: each has its objects
+// directory, because a tree's hard link shares its object's mode.
+var objectModes = []fs.FileMode{0o555, 0o444, 0o544, 0o511, 0o500, 0o400}
 
 // statRecord is one stat-cache entry.
 type statRecord struct {

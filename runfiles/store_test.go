@@ -421,7 +421,11 @@ func TestAssembleCancelled(t *testing.T) {
 
 func TestObjectNames(t *testing.T) {
 	s := &Store{root: "/r"}
-	for mode, want := range map[uint32]string{0o755: "/r/runfiles/sha256/ab", 0o100: "/r/runfiles/sha256/ab", 0o644: "/r/runfiles/sha256-0444/ab"} {
+	for mode, want := range map[uint32]string{
+		0o755: "/r/runfiles/sha256/ab", 0o644: "/r/runfiles/sha256-0444/ab",
+		0o700: "/r/runfiles/sha256-0500/ab", 0o100: "/r/runfiles/sha256-0500/ab", 0o711: "/r/runfiles/sha256-0511/ab",
+		0o744: "/r/runfiles/sha256-0544/ab", 0o600: "/r/runfiles/sha256-0400/ab", 0o640: "/r/runfiles/sha256-0400/ab",
+	} {
 		if got := s.ObjectPath("ab", mode); got != want {
 			t.Errorf("ObjectPath(%o) = %s, want %s", mode, got, want)
 		}
@@ -436,7 +440,7 @@ func TestObjectNames(t *testing.T) {
 func checkStore(t *testing.T, s *Store) int {
 	t.Helper()
 	n := 0
-	for _, mode := range []fs.FileMode{0o555, 0o444} {
+	for _, mode := range objectModes {
 		dir := s.objectsDir(mode)
 		ents, err := os.ReadDir(dir)
 		if err != nil {
@@ -466,7 +470,7 @@ func TestAssembleRepairsAnyTamperedObject(t *testing.T) {
 	if n := checkStore(t, s); n == 0 {
 		t.Fatal("no objects in the store")
 	}
-	for _, mode := range []fs.FileMode{0o555, 0o444} {
+	for _, mode := range objectModes {
 		ents, _ := os.ReadDir(s.objectsDir(mode))
 		for _, d := range ents {
 			p := filepath.Join(s.objectsDir(mode), d.Name())

@@ -14,8 +14,9 @@ import (
 	"hookbox.dev/hookbox/render"
 )
 
-// TreeMode is the mode an entry has in an assembled tree: files 0555 when
-// the host mode (e.Mode) has an execute bit and 0444 otherwise,
+// TreeMode is the mode an entry has in an assembled tree: files the mode
+// of their store object (objectMode of the host mode e.Mode: read-only,
+// never more for group and others than the host file gives others),
 // directories 0555, symlinks 0777.
 func TreeMode(e render.Runfile) fs.FileMode {
 	switch e.Type {
