@@ -77,6 +77,7 @@ func GC(ctx context.Context, client *containerd.Client, stateDir string, dryRun 
 		}
 		collectRun(ctx, client, dir, intent, dryRun, report)
 	}
+	collectHelpers(ctx, hostCgroups().Helpers(), dryRun, report)
 	// Containers and snapshots whose run record is gone or not live.
 	if client != nil {
 		// Resources whose run record is not in this state dir (another
