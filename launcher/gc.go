@@ -34,7 +34,7 @@ const CollectedFile = "collected.json"
 // GCAction is one thing gc did (or, with DryRun, would do).
 type GCAction struct {
 	RunID  string `json:"run_id"`
-	What   string `json:"what"` // processes, task, container, snapshot, tmpfs, cgroup
+	What   string `json:"what"` // processes, task, container, snapshot, tmpfs, cgroup, helper-cgroup
 	Detail string `json:"detail,omitempty"`
 	Error  string `json:"error,omitempty"`
 }

@@ -56,7 +56,7 @@ func HelperName(runID, role string, pid int, start uint64) (string, error) {
 	case runID == "" || strings.ContainsAny(runID, "/@\x00\n") || runID == "." || runID == "..":
 		return "", fmt.Errorf("%w: helper cgroup for run id %q: it must be a cgroup name without @", ErrInvalidPath, runID)
 	case role == "" || strings.ContainsAny(role, "/@.\x00\n"):
-		return "", fmt.Errorf("%w: helper role %q: it must be a name without /, @ or .", ErrInvalidPath, role)
+		return "", fmt.Errorf("%w: helper role %q: it must be a name without /, @ or a dot", ErrInvalidPath, role)
 	case pid <= 0:
 		return "", fmt.Errorf("%w: helper owner pid %d", ErrInvalidPath, pid)
 	}
