@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +23,7 @@ import (
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/doctor"
+	"hookbox.dev/hookbox/notify"
 	"hookbox.dev/hookbox/tracehelper"
 )
 
@@ -394,6 +397,70 @@ func TestRootlessUndelegated(t *testing.T) {
 	}
 	if pids := markerProcesses(marker); len(pids) > 0 {
 		t.Errorf("the daemonized grandchild survived teardown: %v", pids)
+	}
+	// Host-side helpers get no cgroup either: they run in their process
+	// group, and the result and the notify outcome say so.
+	r = e.run(spec, "--notify", `["/bin/true"]`)
+	res = r.mustResult(t)
+	onDisk := readResultFile(t, res)
+	if !contains(onDisk.Degraded, notify.DegradedUncontained) || onDisk.Notify == nil ||
+		onDisk.Notify.Status != notify.StatusDelivered || !contains(onDisk.Notify.Degraded, notify.DegradedUncontained) {
+		t.Errorf("degraded %v, notify %+v: want %s in both", onDisk.Degraded, onDisk.Notify, notify.DegradedUncontained)
+	}
+	assertNoRootlessMounts(t, res.RunID)
+}
+
+// TestRootlessHelpersContained: in a delegated subtree, the notifier and
+// the secret lookup get a cgroup of their own (<jobs>/helpers/…): the
+// daemon each leaves (setsid, double fork, SIGTERM ignored) ends with it.
+func TestRootlessHelpersContained(t *testing.T) {
+	e := newRootlessEnv(t)
+	const sentinel = "hbx-sentinel-rootless-lookup-51a0"
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	daemon := testenv.DaemonScript(t, dir)
+	notifyMarker := fmt.Sprintf("hbx-rootless-notify-daemon-%d", time.Now().UnixNano())
+	lookupMarker := fmt.Sprintf("hbx-rootless-lookup-daemon-%d", time.Now().UnixNano())
+	notifier := helperScript(t, dir, "notifier", 1, endExit, "")
+	lookup := helperScript(t, dir, "lookup", 2, endExit, sentinel)
+	lookupArgv, _ := json.Marshal([]string{lookup, "{name}", daemon, lookupMarker, filepath.Join(dir, "lookup.pid")})
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(config, []byte("secrets:\n  lookup:\n    argv: "+string(lookupArgv)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.extraEnv = append(e.extraEnv, "HOOKBOX_CONFIG="+config)
+	spec := e.spec("rootless-helpers", "- envHash: HBX_LOOKED_UP\n- exit: 0", "  secrets: [HBX_LOOKED_UP]", "  limits: {timeout: 1m}")
+	notifyArgv, _ := json.Marshal([]string{notifier, daemon, notifyMarker, filepath.Join(dir, "notify.pid")})
+	r := e.run(spec, "--notify", string(notifyArgv))
+	res := r.mustResult(t)
+	if r.code != 0 || res.Status != launcher.StatusCompleted {
+		t.Fatalf("exit %d, result %+v\nstderr:\n%s", r.code, res, r.stderr)
+	}
+	sum := sha256.Sum256([]byte(sentinel))
+	if !strings.Contains(r.output(), hex.EncodeToString(sum[:])) {
+		t.Errorf("the container did not get the looked-up value:\n%s", r.output())
+	}
+	for what, marker := range map[string]string{"notifier": notifyMarker, "lookup": lookupMarker} {
+		if pids := survivors(marker); len(pids) > 0 {
+			t.Errorf("the %s's daemon survived: %v", what, pids)
+		}
+	}
+	onDisk := readResultFile(t, res)
+	if contains(onDisk.Degraded, notify.DegradedUncontained) || contains(onDisk.Degraded, "helper-cgroup-unavailable:lookup") ||
+		onDisk.Notify == nil || onDisk.Notify.Status != notify.StatusDelivered || len(onDisk.Notify.Degraded) > 0 {
+		t.Errorf("degraded %v, notify %+v: the helpers had their cgroups", onDisk.Degraded, onDisk.Notify)
+	}
+	var spawned launcher.Spawned
+	readRecord(t, res.RecordDir, launcher.SpawnedFile, &spawned)
+	helpers := cgroup2Dir(t, filepath.Join(filepath.Dir(spawned.CgroupsPath), "helpers"))
+	entries, err := os.ReadDir(helpers)
+	if err != nil {
+		t.Errorf("no helper cgroups parent %s: %v", helpers, err)
+	}
+	for _, en := range entries {
+		if strings.HasPrefix(en.Name(), res.RunID+".") {
+			t.Errorf("helper cgroup %s/%s is still there", helpers, en.Name())
+		}
 	}
 	assertNoRootlessMounts(t, res.RunID)
 }

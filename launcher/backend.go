@@ -63,6 +63,10 @@ type Cgroups interface {
 	// degraded (no limits, no trace), and teardown relies on the
 	// container's pid namespace.
 	Place(runID string, initPID int, limits cgroup.Limits) (string, []string, error)
+	// Helpers is where the programs hookbox runs on the host for a run
+	// (secret lookups, the notifier) get cgroups of their own; without
+	// one they run in their process group only, and the result says so.
+	Helpers() cgroup.Helpers
 }
 
 // runtimeCgroups: the runtime (runc as root) creates /hookbox/<run-id>
@@ -74,6 +78,7 @@ func (runtimeCgroups) RuntimeCreates() bool     { return true }
 func (runtimeCgroups) Place(runID string, _ int, _ cgroup.Limits) (string, []string, error) {
 	return oci.CgroupsPath(runID), nil, nil
 }
+func (runtimeCgroups) Helpers() cgroup.Helpers { return cgroup.RootHelpers() }
 
 // delegatedCgroups: a rootless runtime cannot create cgroups, so hookbox
 // makes <jobs>/<run-id> in the user's delegated cgroup2 subtree itself.
@@ -84,6 +89,7 @@ func (delegatedCgroups) RuntimeCreates() bool       { return false }
 func (c delegatedCgroups) Place(runID string, pid int, l cgroup.Limits) (string, []string, error) {
 	return c.d.Place(runID, pid, l)
 }
+func (c delegatedCgroups) Helpers() cgroup.Helpers { return c.d.Helpers() }
 
 // noCgroups: no delegated subtree; why says so.
 type noCgroups struct{ why string }
@@ -92,6 +98,25 @@ func (noCgroups) Path(string) string   { return "" }
 func (noCgroups) RuntimeCreates() bool { return false }
 func (c noCgroups) Place(string, int, cgroup.Limits) (string, []string, error) {
 	return "", nil, errors.New(c.why)
+}
+func (c noCgroups) Helpers() cgroup.Helpers { return cgroup.NoHelpers(c.why) }
+
+// hostCgroups is how this process's runs get cgroups, as Connect decides
+// it, for what needs it without a backend (gc).
+func hostCgroups() Cgroups {
+	if _, inner := rootless.Inner(); inner {
+		return rootlessCgroups()
+	}
+	return runtimeCgroups{}
+}
+
+// rootlessCgroups: a delegated subtree's, or none.
+func rootlessCgroups() Cgroups {
+	d, err := cgroup.FindDelegation()
+	if err != nil {
+		return noCgroups{err.Error()}
+	}
+	return delegatedCgroups{d}
 }
 
 // BackendConfig is what connecting to a backend needs from the caller.
@@ -139,11 +164,7 @@ func connectRootless(ctx context.Context, rc *rootless.Context, cfg BackendConfi
 		return nil, err
 	}
 	b := &Backend{Client: client, Address: rc.Address, RuncRoot: rc.RuncRoot, FIFODir: rc.FIFODir}
-	if d, err := cgroup.FindDelegation(); err == nil {
-		b.Cgroups = delegatedCgroups{d}
-	} else {
-		b.Cgroups = noCgroups{err.Error()}
-	}
+	b.Cgroups = rootlessCgroups()
 	if rc.TracerFD <= 0 {
 		why := rc.TracerUnavailable
 		b.Tracer = func() (ExecTracer, error) {

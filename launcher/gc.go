@@ -34,7 +34,7 @@ const CollectedFile = "collected.json"
 // GCAction is one thing gc did (or, with DryRun, would do).
 type GCAction struct {
 	RunID  string `json:"run_id"`
-	What   string `json:"what"` // processes, task, container, snapshot, tmpfs, cgroup
+	What   string `json:"what"` // processes, task, container, snapshot, tmpfs, cgroup, helper-cgroup
 	Detail string `json:"detail,omitempty"`
 	Error  string `json:"error,omitempty"`
 }
@@ -77,6 +77,7 @@ func GC(ctx context.Context, client *containerd.Client, stateDir string, dryRun 
 		}
 		collectRun(ctx, client, dir, intent, dryRun, report)
 	}
+	collectHelpers(ctx, hostCgroups().Helpers(), dryRun, report)
 	// Containers and snapshots whose run record is gone or not live.
 	if client != nil {
 		// Resources whose run record is not in this state dir (another

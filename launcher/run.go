@@ -122,19 +122,21 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The run id names the lookups' cgroups; nothing else exists yet.
+	id := opts.RunID
+	if id == "" {
+		id = NewRunID(time.Now())
+	}
 	// Values are resolved before anything exists: a missing secret leaves
-	// nothing behind, and they go to the container's environment only.
-	env, credentials, err := resolveEnv(ctx, r, opts.SecretLookup)
+	// nothing behind (its lookup's cgroup is gone with it), and they go to
+	// the container's environment only.
+	env, credentials, lookupDegraded, err := resolveEnv(ctx, r, opts.SecretLookup, opts.Backend.Cgroups.Helpers(), id)
 	if err != nil {
 		return nil, err
 	}
 	// A cheap collection of what abandoned runs left, before adding a run.
 	collected, _ := GC(ctx, opts.Backend.Client, opts.StateDir, false)
 	started := time.Now()
-	id := opts.RunID
-	if id == "" {
-		id = NewRunID(started)
-	}
 	dir := filepath.Join(RunsDir(opts.StateDir), id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("launcher: run record: %w", err)
@@ -147,6 +149,10 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	}
 	if collected != nil && len(collected.Actions) > 0 {
 		x.progress("gc", "collected %d leftovers of abandoned runs", len(collected.Actions))
+	}
+	for _, d := range lookupDegraded {
+		x.result.Degraded = append(x.result.Degraded, d.reason)
+		x.progress("secrets", "a secret lookup ran without a cgroup of its own (%s): %s", d.reason, d.why)
 	}
 	x.run()
 	return x.result, nil
@@ -246,6 +252,12 @@ func (x *execution) run() {
 	res.Timings.Verify = time.Since(tornDown).Milliseconds()
 	res.EndedAt = time.Now().UTC()
 	res.Timings.Total = time.Since(x.started).Milliseconds()
+	// Known before the seal, so the attested result says it too.
+	helpers := x.opts.Backend.Cgroups.Helpers()
+	if d := notifyDegraded(x.opts.Notify, helpers, res); d != "" {
+		res.Degraded = append(res.Degraded, d)
+		x.progress("notify", "the notifier will run without a cgroup of its own: %s", helpers.Unavailable)
+	}
 	x.seal()
 	switch werr := writeJSON(filepath.Join(x.dir, ResultFile), res, 0o644); {
 	case werr != nil && res.Error == "":
@@ -275,12 +287,24 @@ func (x *execution) notify() {
 	}
 	opts := x.opts.NotifyOptions
 	opts.RecordDir = x.dir
+	opts.Cgroups = x.opts.Backend.Cgroups.Helpers()
 	outcome := notify.Run(ctx, x.opts.Notify, env, opts)
 	res.Notify = outcome
 	if err := writeJSON(filepath.Join(x.dir, ResultFile), res, 0o644); err != nil {
 		x.progress("notify", "could not record the notify outcome in result.json")
 	}
 	x.emit(Event{Type: EventNotify, Notify: outcome})
+}
+
+// notifyDegraded is the degraded reason of a run whose notifier will run
+// and the backend gives it no cgroup, else "". (A notifier whose cgroup
+// fails only when it starts says so in its outcome: the result is sealed
+// by then.)
+func notifyDegraded(plan notify.Plan, helpers cgroup.Helpers, res *Result) string {
+	if helpers.Parent != "" || !plan.Starts(string(res.Status), res.Spawn) {
+		return ""
+	}
+	return notify.DegradedUncontained
 }
 
 // prepare writes the intent, then assembles everything the container needs.

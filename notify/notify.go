@@ -57,6 +57,11 @@ type Outcome struct {
 	StderrPath    string `json:"stderr_path,omitempty"`
 	StderrSnippet string `json:"stderr_snippet,omitempty"`
 	DurationMS    int64  `json:"duration_ms,omitempty"`
+	// Degraded lists what the notifier ran without, as reason ids:
+	// helper-cgroup-unavailable:notify (only its process group bounded it),
+	// helper-cleanup-incomplete:notify (its cgroup outlived it; gc removes
+	// it).
+	Degraded []string `json:"degraded,omitempty"`
 }
 
 // Payload encodes the envelope as the notifier receives it.
@@ -164,6 +169,9 @@ func (o *Outcome) Describe() string {
 	if o.StderrSnippet != "" {
 		first, _, _ := strings.Cut(o.StderrSnippet, "\n")
 		s += fmt.Sprintf(" — %s: %s", o.Notifier, first)
+	}
+	if len(o.Degraded) > 0 {
+		s += " [degraded " + strings.Join(o.Degraded, ", ") + "]"
 	}
 	if o.StderrPath != "" {
 		s += " [stderr " + o.StderrPath + "]"

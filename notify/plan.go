@@ -17,6 +17,7 @@ package notify
 
 import (
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"hookbox.dev/hookbox/internal/config/notifyconf"
@@ -90,3 +91,33 @@ func Resolve(layers ...notifyconf.Setting) Plan {
 	}
 	return Plan{Source: SourceDefault, Reason: ReasonNotConfigured, Timeout: notifyconf.DefaultTimeout}
 }
+
+// skip is the outcome of a plan that starts no notifier for a run of this
+// status and spawn (disabled, invalid, filtered out, a refused argv); nil
+// when Run starts one.
+func (p Plan) skip(status, spawn string) *Outcome {
+	out := &Outcome{Source: p.Source}
+	if len(p.Argv) > 0 {
+		out.Notifier = filepath.Base(p.Argv[0])
+	}
+	switch {
+	case p.Invalid:
+		out.Status, out.Reason, out.Message = StatusFailed, p.Reason, p.Message
+	case !p.Enabled:
+		out.Status, out.Reason = StatusDisabled, p.Reason
+	default:
+		if ok, reason := selects(p.Filter, status, spawn); !ok {
+			out.Status, out.Reason = StatusFiltered, reason
+		} else if reason, msg := notifyconf.CheckArgv(p.Argv); reason != "" {
+			out.Status, out.Reason, out.Message = StatusFailed, reason, msg
+		} else {
+			return nil
+		}
+	}
+	return out
+}
+
+// Starts reports whether Run starts a notifier for a run of this status
+// and spawn: the launcher says, before it seals the result, that one will
+// run without a cgroup of its own.
+func (p Plan) Starts(status, spawn string) bool { return p.skip(status, spawn) == nil }

@@ -13,6 +13,7 @@ import (
 
 	"hookbox.dev/hookbox/internal/config/notifyconf"
 	"hookbox.dev/hookbox/internal/procgroup"
+	"hookbox.dev/hookbox/launcher/cgroup"
 )
 
 // DefaultEnvAllow is the notifier's environment by default: the names are
@@ -29,38 +30,32 @@ type Options struct {
 	EnvAllow []string
 	// LookupEnv is os.LookupEnv in production.
 	LookupEnv func(string) (string, bool)
+	// Cgroups is where the notifier gets a cgroup of its own (the
+	// backend's); the zero value gives none, and the outcome says so.
+	Cgroups cgroup.Helpers
 }
+
+// HelperRole names the notifier's cgroup and its degraded reasons.
+const HelperRole = "notify"
+
+// DegradedUncontained is the degraded reason of a notifier without a
+// cgroup of its own.
+const DegradedUncontained = procgroup.DegradedUncontained + ":" + HelperRole
 
 // Run notifies about a terminal run according to plan and returns the
 // outcome; it never returns an error. The notifier gets the payload on
 // stdin and wherever argv holds {payload}; it runs without a shell in its
-// own process group. At the deadline, or when ctx ends, the group gets
-// SIGTERM and, after the grace (ended early when the notifier itself
-// exits), SIGKILL; when the notifier exits on its own, whatever it left in
-// its group is killed. The notifier is always reaped before Run returns.
-// A process that left the group (setsid) is not tracked: that is the one
-// escape Run does not close.
+// own process group and, where opts.Cgroups gives one, in a cgroup of its
+// own (internal/procgroup). At the deadline, or when ctx ends, all of it
+// gets SIGTERM and, after the grace, SIGKILL; when the notifier exits on
+// its own, whatever it left running is killed. The notifier is always
+// reaped before Run returns. Without a cgroup, a process that left the
+// group (setsid) is not tracked: the outcome says so in Degraded.
 func Run(ctx context.Context, plan Plan, env Envelope, opts Options) *Outcome {
-	out := &Outcome{Source: plan.Source}
-	if len(plan.Argv) > 0 {
-		out.Notifier = filepath.Base(plan.Argv[0])
-	}
-	switch {
-	case plan.Invalid:
-		out.Status, out.Reason, out.Message = StatusFailed, plan.Reason, plan.Message
-		return out
-	case !plan.Enabled:
-		out.Status, out.Reason = StatusDisabled, plan.Reason
+	if out := plan.skip(env.Status, env.Spawn); out != nil {
 		return out
 	}
-	if ok, reason := selects(plan.Filter, env.Status, env.Spawn); !ok {
-		out.Status, out.Reason = StatusFiltered, reason
-		return out
-	}
-	if reason, msg := notifyconf.CheckArgv(plan.Argv); reason != "" {
-		out.Status, out.Reason, out.Message = StatusFailed, reason, msg
-		return out
-	}
+	out := &Outcome{Source: plan.Source, Notifier: filepath.Base(plan.Argv[0])}
 	payload, err := env.Payload()
 	if err != nil {
 		out.Status, out.Reason = StatusFailed, ReasonPayloadFailed
@@ -92,23 +87,30 @@ func Run(ctx context.Context, plan Plan, env Envelope, opts Options) *Outcome {
 	started := time.Now()
 	defer func() { out.DurationMS = time.Since(started).Milliseconds() }()
 
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = []string{}
+	environ := []string{}
 	for _, name := range allow {
 		if v, ok := opts.LookupEnv(name); ok {
-			cmd.Env = append(cmd.Env, name+"="+v)
+			environ = append(environ, name+"="+v)
 		}
 	}
-	cmd.Stdin = bytes.NewReader(payload)
-	cmd.Stderr = stderrF // stdout stays nil: /dev/null
-	cmd.WaitDelay = time.Second
-	stop, startErr, werr := procgroup.Run(ctx, cmd, timeout, opts.Grace)
+	newCmd := func() *exec.Cmd {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = environ
+		cmd.Stdin = bytes.NewReader(payload)
+		cmd.Stderr = stderrF // stdout stays nil: /dev/null
+		cmd.WaitDelay = time.Second
+		return cmd
+	}
+	ran := procgroup.Run(ctx, newCmd, procgroup.Options{Timeout: timeout, Grace: opts.Grace,
+		Cgroups: opts.Cgroups, RunID: env.RunID, Role: HelperRole})
 	stderrF.Close()
-	if startErr != nil {
+	out.Degraded = ran.Degraded(HelperRole)
+	if ran.StartErr != nil {
 		out.Status, out.Reason = StatusFailed, ReasonStartFailed
-		out.Message = procgroup.StartFailure(startErr)
+		out.Message = procgroup.StartFailure(ran.StartErr)
 		return out
 	}
+	cmd, stop, werr := ran.Cmd, ran.Stop, ran.WaitErr
 	stopped := ""
 	switch stop {
 	case procgroup.TimedOut:

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"hookbox.dev/hookbox/internal/config/secretsconf"
+	"hookbox.dev/hookbox/launcher/cgroup"
 )
 
 // MaxOutput is the most a lookup may print to stdout, in bytes, before the
@@ -135,6 +136,25 @@ type Resolver struct {
 	// own program, so it may inherit the host environment; nil means the
 	// current process's environment (as in os/exec).
 	Environ []string
+	// Cgroups is where each lookup gets a cgroup of its own, named after
+	// RunID (the backend's); the zero value gives none.
+	Cgroups cgroup.Helpers
+	RunID   string
+	// Degraded, if set, is told of every lookup that ran without what
+	// Cgroups should have given it: the reason id
+	// (helper-cgroup-unavailable:lookup, helper-cleanup-incomplete:lookup)
+	// and why, in words that hold no configured value.
+	Degraded func(reason, why string)
+}
+
+// HelperKind names the lookups' cgroups (lookup-1, lookup-2, … in the
+// order they run) and their degraded reasons.
+const HelperKind = "lookup"
+
+// helper is how one lookup is contained.
+type helper struct {
+	cgroups     cgroup.Helpers
+	runID, role string
 }
 
 // Resolve returns name → value for every name, resolved in order. A name
@@ -155,12 +175,14 @@ func (r Resolver) Resolve(ctx context.Context, names []string) (map[string]strin
 		lookupEnv = os.LookupEnv
 	}
 	values := make(map[string]string, len(names))
+	lookups := 0
 	for _, name := range names {
 		if v, ok := lookupEnv(name); ok {
 			values[name] = v
 			continue
 		}
-		v, err := r.lookup(ctx, name)
+		lookups++
+		v, err := r.lookup(ctx, name, helper{r.Cgroups, r.RunID, fmt.Sprintf("%s-%d", HelperKind, lookups)})
 		if err != nil {
 			return nil, err
 		}
@@ -169,7 +191,7 @@ func (r Resolver) Resolve(ctx context.Context, names []string) (map[string]strin
 	return values, nil
 }
 
-func (r Resolver) lookup(ctx context.Context, name string) (string, error) {
+func (r Resolver) lookup(ctx context.Context, name string, h helper) (string, error) {
 	l := r.Lookup
 	e := &ResolveError{Name: name, ExitStatus: -1, State: l.State, Source: l.Source}
 	switch l.State {
@@ -212,8 +234,13 @@ func (r Resolver) lookup(ctx context.Context, name string) (string, error) {
 		argv[i+1] = strings.ReplaceAll(a, secretsconf.Placeholder, name)
 	}
 
-	out, res := runLookup(ctx, argv, r.Environ, timeout)
+	out, res := runLookup(ctx, argv, r.Environ, timeout, h)
 	defer clear(out)
+	if r.Degraded != nil {
+		for _, d := range res.degraded {
+			r.Degraded(d, res.uncontained)
+		}
+	}
 	if res.reason != "" {
 		e.Reason, e.ExitStatus, e.detail, e.err = res.reason, res.status, res.detail, res.err
 		return "", e
@@ -236,6 +263,10 @@ type runResult struct {
 	status int           // exit status, or -1
 	detail string        // fixed wording, never program output
 	err    error         // context error for lookup-canceled
+	// degraded are the lookup's degraded reason ids, uncontained why it
+	// had no cgroup (procgroup.Result), whether it succeeded or not.
+	degraded    []string
+	uncontained string
 }
 
 // trimNewline removes one trailing "\n" or "\r\n", as printed by most

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,18 +104,7 @@ func (d Delegation) placeIn(base, name string, pid int, l Limits) (string, []str
 	}
 	// Controllers are enabled in jobs (which holds no process, as cgroup2
 	// requires); a missing one degrades its limit, it does not fail the run.
-	if want := wantedControllers(l); len(want) > 0 {
-		avail, _ := host.ReadCgroupControllers(jobs)
-		var enable []string
-		for _, c := range want {
-			if slices.Contains(avail, c) {
-				enable = append(enable, "+"+c)
-			}
-		}
-		if len(enable) > 0 {
-			_ = os.WriteFile(path.Join(jobs, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0)
-		}
-	}
+	enableControllers(jobs, wantedControllers(l))
 	p := path.Join(d.Jobs, name)
 	dir := path.Join(jobs, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -138,4 +126,10 @@ func (d Delegation) placeIn(base, name string, pid int, l Limits) (string, []str
 		return fail(fmt.Errorf("move pid %d into %s: %w (a rootless containerd started outside the delegated subtree %s cannot hand its tasks over: hookbox daemon stop, and the next run starts it inside)", pid, dir, err, d.Root))
 	}
 	return p, degraded, nil
+}
+
+// Helpers are the helpers of a hookbox in delegation d: <jobs>/helpers,
+// cgroup2 only.
+func (d Delegation) Helpers() Helpers {
+	return Helpers{Parent: path.Join(d.Jobs, "helpers"), UnifiedOnly: true, Limits: HelperLimits}
 }
