@@ -5,48 +5,49 @@ import (
 	"os"
 
 	"hookbox.dev/hookbox/internal/config/secretsconf"
+	"hookbox.dev/hookbox/internal/initsecrets"
+	"hookbox.dev/hookbox/oci"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/secrets"
 )
 
-// resolveEnv resolves the values of the render's host and secret variables,
-// and of its gateways' secrets. env goes to the container's environment
-// only; credentials to the gateways on the host side only, never into the
+// resolveEnv resolves the values of the render's host and secret
+// variables, and of its gateways' secrets. host goes into the container's
+// spec. The container's secrets never do (containerd keeps the spec on
+// disk): stream is their values for hookbox-init, which reads them from the
+// task's stdin (nil without secrets; package internal/initsecrets).
+// credentials go to the gateways on the host side only, never into the
 // container.
-func resolveEnv(ctx context.Context, r *render.Render, lookup secretsconf.Lookup) (env, credentials map[string]string, err error) {
-	env = map[string]string{}
+func resolveEnv(ctx context.Context, r *render.Render, lookup secretsconf.Lookup) (host map[string]string, stream []byte, credentials map[string]string, err error) {
+	host = map[string]string{}
 	credentials = map[string]string{}
-	var names []string
+	container := oci.SecretNames(r)
+	names := append([]string(nil), container...)
 	for _, g := range r.Gateways {
 		names = append(names, g.Secret)
 	}
 	for _, e := range r.Process.Env {
-		switch e.Source {
-		case render.EnvHost:
-			if v, ok := os.LookupEnv(e.Name); ok {
-				env[e.Name] = v
-			}
-		case render.EnvSecret:
-			names = append(names, e.Name)
+		if e.Source != render.EnvHost {
+			continue
+		}
+		if v, ok := os.LookupEnv(e.Name); ok {
+			host[e.Name] = v
 		}
 	}
 	if len(names) == 0 {
-		return env, credentials, nil
+		return host, nil, credentials, nil
 	}
 	values, err := secrets.Resolver{Lookup: lookup, LookupEnv: os.LookupEnv}.Resolve(ctx, names)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	gateway := map[string]bool{}
 	for _, g := range r.Gateways {
-		gateway[g.Secret] = true
+		credentials[g.Secret] = values[g.Secret]
 	}
-	for k, v := range values {
-		if gateway[k] {
-			credentials[k] = v
-		} else {
-			env[k] = v
+	if len(container) > 0 {
+		if stream, err = initsecrets.Encode(container, values); err != nil {
+			return nil, nil, nil, err
 		}
 	}
-	return env, credentials, nil
+	return host, stream, credentials, nil
 }
