@@ -74,6 +74,10 @@ func TestSecretSentinelOnlyInContainerEnv(t *testing.T) {
 	if res == nil || res.Status != launcher.StatusCompleted {
 		t.Fatalf("result %+v\nstderr.log:\n%s", res, contents(filepath.Join(record, launcher.StderrFile)))
 	}
+	// The verdict judges argv, and the init's is the render's as before.
+	if res.Trace.Status != "confirmed" {
+		t.Errorf("trace %+v, want confirmed", res.Trace)
+	}
 	output := contents(filepath.Join(record, launcher.StdoutFile))
 	sum := sha256.Sum256([]byte(sentinel))
 	if !strings.Contains(output, "token "+hex.EncodeToString(sum[:])) {
