@@ -36,6 +36,7 @@ func TestEnvRules(t *testing.T) {
 	for name, tc := range map[string]struct{ lines, want string }{
 		"PATH is hookbox's":         {"  env: {allow: [PATH]}", "PATH is reserved"},
 		"HOME is hookbox's":         {"  env: {set: {HOME: /x}}", "HOME is reserved"},
+		"the init's secret list":    {"  secrets: [HOOKBOX_INIT_SECRETS]", "HOOKBOX_INIT_SECRETS is reserved"},
 		"allow and set overlap":     {"  env: {allow: [A], set: {A: x}}", "A is already declared"},
 		"set and secret overlap":    {"  env: {set: {TOKEN: x}}\n  secrets: [TOKEN]", "TOKEN is already declared"},
 		"bad allow name":            {"  env: {allow: [bad-name]}", "not an environment variable name"},

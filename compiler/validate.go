@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"hookbox.dev/hookbox/internal/config/secretsconf"
+	"hookbox.dev/hookbox/internal/initsecrets"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -372,6 +373,10 @@ func (p *Parsed) validateEnv(diags *diagnostics) {
 	claim := func(name, field string) {
 		if slices.Contains(reservedEnv, name) {
 			p.errf(diags, field, "hookbox sets PATH and HOME for the container; remove it", "%s is reserved", name)
+			return
+		}
+		if name == initsecrets.EnvName {
+			p.errf(diags, field, "hookbox-init reads it to put the secrets in the engine's environment; remove it", "%s is reserved", name)
 			return
 		}
 		if s.Network.Allow != nil && slices.Contains(proxyEnvNames, name) {

@@ -179,7 +179,8 @@ func randomBytes(t *testing.T, n int) []byte {
 }
 
 // fileContaining returns the first regular file under root holding needle
-// ("" if none); a root that does not exist holds nothing.
+// ("" if none); a root that does not exist holds nothing. Files are read
+// in chunks, so a daemon's large blobs are searched too.
 func fileContaining(t *testing.T, root string, needle []byte) string {
 	t.Helper()
 	var hit string
@@ -187,12 +188,38 @@ func fileContaining(t *testing.T, root string, needle []byte) string {
 		if err != nil || hit != "" || !d.Type().IsRegular() {
 			return nil
 		}
-		if data, err := os.ReadFile(p); err == nil && bytes.Contains(data, needle) {
+		if holds(p, needle) {
 			hit = p
 		}
 		return nil
 	})
 	return hit
+}
+
+// holds reads the file at p in chunks that overlap by len(needle)-1 bytes
+// and reports whether needle is in it.
+func holds(p string, needle []byte) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20+len(needle))
+	kept := 0
+	for {
+		n, err := f.Read(buf[kept:])
+		if bytes.Contains(buf[:kept+n], needle) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		if total := kept + n; total >= len(needle) {
+			kept = copy(buf, buf[total-len(needle)+1:total])
+		} else {
+			kept = total
+		}
+	}
 }
 
 // TestGatewayEngines: each real engine does its task of examples/engines

@@ -6,36 +6,40 @@ import (
 	"slices"
 
 	"hookbox.dev/hookbox/internal/config/secretsconf"
+	"hookbox.dev/hookbox/internal/initsecrets"
 	"hookbox.dev/hookbox/launcher/cgroup"
+	"hookbox.dev/hookbox/oci"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/secrets"
 )
 
-// resolveEnv resolves the values of the render's host and secret variables,
-// and of its gateways' secrets. env goes to the container's environment
-// only; credentials to the gateways on the host side only, never into the
+// resolveEnv resolves the values of the render's host and secret
+// variables, and of its gateways' secrets. host goes into the container's
+// spec. The container's secrets never do (containerd keeps the spec on
+// disk): stream is their values for hookbox-init, which reads them from the
+// task's stdin (nil without secrets; package internal/initsecrets).
+// credentials go to the gateways on the host side only, never into the
 // container. Each secret lookup runs in a cgroup of its own from helpers,
 // named after runID; degraded says what a lookup ran without, each reason
 // once, with why.
-func resolveEnv(ctx context.Context, r *render.Render, lookup secretsconf.Lookup, helpers cgroup.Helpers, runID string) (env, credentials map[string]string, degraded []helperDegraded, err error) {
-	env = map[string]string{}
+func resolveEnv(ctx context.Context, r *render.Render, lookup secretsconf.Lookup, helpers cgroup.Helpers, runID string) (host map[string]string, stream []byte, credentials map[string]string, degraded []helperDegraded, err error) {
+	host = map[string]string{}
 	credentials = map[string]string{}
-	var names []string
+	container := oci.SecretNames(r)
+	names := append([]string(nil), container...)
 	for _, g := range r.Gateways {
 		names = append(names, g.Secret)
 	}
 	for _, e := range r.Process.Env {
-		switch e.Source {
-		case render.EnvHost:
-			if v, ok := os.LookupEnv(e.Name); ok {
-				env[e.Name] = v
-			}
-		case render.EnvSecret:
-			names = append(names, e.Name)
+		if e.Source != render.EnvHost {
+			continue
+		}
+		if v, ok := os.LookupEnv(e.Name); ok {
+			host[e.Name] = v
 		}
 	}
 	if len(names) == 0 {
-		return env, credentials, nil, nil
+		return host, nil, credentials, nil, nil
 	}
 	resolver := secrets.Resolver{Lookup: lookup, LookupEnv: os.LookupEnv, Cgroups: helpers, RunID: runID,
 		Degraded: func(reason, why string) {
@@ -45,20 +49,17 @@ func resolveEnv(ctx context.Context, r *render.Render, lookup secretsconf.Lookup
 		}}
 	values, err := resolver.Resolve(ctx, names)
 	if err != nil {
-		return nil, nil, degraded, err
+		return nil, nil, nil, degraded, err
 	}
-	gateway := map[string]bool{}
 	for _, g := range r.Gateways {
-		gateway[g.Secret] = true
+		credentials[g.Secret] = values[g.Secret]
 	}
-	for k, v := range values {
-		if gateway[k] {
-			credentials[k] = v
-		} else {
-			env[k] = v
+	if len(container) > 0 {
+		if stream, err = initsecrets.Encode(container, values); err != nil {
+			return nil, nil, nil, degraded, err
 		}
 	}
-	return env, credentials, degraded, nil
+	return host, stream, credentials, degraded, nil
 }
 
 // helperDegraded is a degraded reason of a host-side helper, and why.

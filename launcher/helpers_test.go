@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 
 	"hookbox.dev/hookbox/internal/config/notifyconf"
 	"hookbox.dev/hookbox/internal/config/secretsconf"
+	"hookbox.dev/hookbox/internal/initsecrets"
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/launcher/cgroup/cgrouptest"
@@ -68,9 +70,12 @@ func TestResolveEnvReportsUncontainedLookups(t *testing.T) {
 	r := &render.Render{Process: render.Process{Env: []render.EnvVar{
 		{Name: "HBX_UNSET_ONE", Source: render.EnvSecret}, {Name: "HBX_UNSET_TWO", Source: render.EnvSecret}}}}
 	l := secretsconf.Lookup{State: secretsconf.Enabled, Argv: []string{lookup, "{name}"}, Timeout: 10 * time.Second}
-	env, _, degraded, err := resolveEnv(context.Background(), r, l, cgroup.NoHelpers("no delegated subtree"), "hbx-test")
-	if err != nil || env["HBX_UNSET_ONE"] != "v" || env["HBX_UNSET_TWO"] != "v" {
-		t.Fatalf("resolveEnv = %v, %v", env, err)
+	_, stream, _, degraded, err := resolveEnv(context.Background(), r, l, cgroup.NoHelpers("no delegated subtree"), "hbx-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if values, err := initsecrets.Read(bytes.NewReader(stream), []string{"HBX_UNSET_ONE", "HBX_UNSET_TWO"}); err != nil || values["HBX_UNSET_ONE"] != "v" || values["HBX_UNSET_TWO"] != "v" {
+		t.Fatalf("the lookups' values did not reach the secret stream: %v", err)
 	}
 	if len(degraded) != 1 || degraded[0].reason != "helper-cgroup-unavailable:lookup" || !strings.Contains(degraded[0].why, "no delegated subtree") {
 		t.Errorf("degraded %+v", degraded)

@@ -130,7 +130,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	// Values are resolved before anything exists: a missing secret leaves
 	// nothing behind (its lookup's cgroup is gone with it), and they go to
 	// the container's environment only.
-	env, credentials, lookupDegraded, err := resolveEnv(ctx, r, opts.SecretLookup, opts.Backend.Cgroups.Helpers(), id)
+	env, secretStream, credentials, lookupDegraded, err := resolveEnv(ctx, r, opts.SecretLookup, opts.Backend.Cgroups.Helpers(), id)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +142,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("launcher: run record: %w", err)
 	}
 	x := &execution{
-		opts: opts, env: env, credentials: credentials, r: r, id: id, dir: dir, started: started,
+		opts: opts, env: env, secretStream: secretStream, credentials: credentials, r: r, id: id, dir: dir, started: started,
 		ctx: namespaces.WithNamespace(ctx, oci.Namespace),
 		result: &Result{SchemaVersion: ResultSchemaVersion, RunID: id, Spawn: r.Spawn, PlanDigest: planDigest, StartedAt: started.UTC(), RecordDir: dir,
 			Trace: TraceResult{Status: verify.StatusUnchecked, Reasons: []string{ReasonTracerNotRun}}},
@@ -161,7 +161,10 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 // execution is one run in progress.
 type execution struct {
 	opts Options
-	env  map[string]string // launch-time values of host and secret variables
+	env  map[string]string // launch-time values of host variables
+	// secretStream is the container's secrets for hookbox-init, written to
+	// the task's stdin, never into the spec (resolveEnv).
+	secretStream []byte
 	// credentials are the gateways' secret values, by secret name: host
 	// side only (startEgress).
 	credentials map[string]string
@@ -382,7 +385,7 @@ func (x *execution) prepare() error {
 	}
 	x.result.Slots = slots
 	planned, err := plan.NewContainer(x.ctx, x.r, plan.Launch{
-		RunID: x.id, Host: host, Prepared: true, EnvValues: x.env, InheritCgroup: !x.opts.Backend.Cgroups.RuntimeCreates(),
+		RunID: x.id, Host: host, Prepared: true, HostValues: x.env, InheritCgroup: !x.opts.Backend.Cgroups.RuntimeCreates(),
 	})
 	if err != nil {
 		return err
@@ -586,7 +589,11 @@ func (x *execution) create() error {
 }
 
 func (x *execution) stdioOpts() []cio.Opt {
-	opts := []cio.Opt{cio.WithStreams(nil, x.stdoutW, x.stderrF)}
+	var stdin io.Reader // none without secrets: the init reads nothing
+	if x.secretStream != nil {
+		stdin = bytes.NewReader(x.secretStream)
+	}
+	opts := []cio.Opt{cio.WithStreams(stdin, x.stdoutW, x.stderrF)}
 	if dir := x.opts.Backend.FIFODir; dir != "" {
 		opts = append(opts, cio.WithFIFODir(dir))
 	}

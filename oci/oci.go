@@ -1,12 +1,14 @@
 // Package oci turns a render plus what only exists at launch (run id,
-// rootfs, mounts, resolved environment values) into an OCI runtime spec.
+// rootfs, mounts, the values of allow-listed host variables) into an OCI
+// runtime spec.
 //
 // The spec is containerd's default Linux spec with hookbox's hardening
 // applied as a list of small spec options in containerd's own SpecOpts form
 // (pkg/oci), each testable alone and reusable by the launcher with
-// containerd.WithNewSpec. The package is pure: it reads no files, starts
-// nothing and never writes a secret anywhere but the returned spec's
-// process environment.
+// containerd.WithNewSpec. The package is pure: it reads no files and
+// starts nothing. It never sees a secret's value: containerd keeps the
+// spec on disk, so secrets reach the engine through hookbox-init
+// (WithProcess).
 package oci
 
 import (
@@ -49,9 +51,10 @@ type Launch struct {
 	Rootfs string
 	// Mounts are the render's mounts as planned on this host, in order.
 	Mounts []specs.Mount
-	// EnvValues holds the values of host and secret variables, resolved at
-	// launch. A variable without a value gets PlaceholderValue (plan views).
-	EnvValues map[string]string
+	// HostValues holds the values of the render's host variables, read at
+	// launch; nil gives each PlaceholderValue (plan views). Secrets have no
+	// place here (WithProcess).
+	HostValues map[string]string
 	// InheritCgroup leaves the container in its runtime's cgroup, with no
 	// cgroupsPath and no resources: a rootless runtime cannot create a
 	// cgroup where no controller is delegated to it (docs/architecture.md,
@@ -60,8 +63,9 @@ type Launch struct {
 	InheritCgroup bool
 }
 
-// PlaceholderValue stands for a value resolved at launch in specs printed
-// before a launch, and for every secret in a redacted spec.
+// PlaceholderValue stands for a value resolved at launch: a host
+// variable's in specs printed before a launch and in redacted specs, a
+// secret's in every spec.
 const PlaceholderValue = "<resolved at launch>"
 
 // CgroupsPath is the cgroup of a run: hookbox sets it itself so the tracer
@@ -72,7 +76,7 @@ func CgroupsPath(runID string) string { return "/hookbox/" + runID }
 func Options(r *render.Render, l Launch) []ctroci.SpecOpts {
 	return []ctroci.SpecOpts{
 		WithReadonlyRootfs(l.Rootfs),
-		WithProcess(r, l.EnvValues),
+		WithProcess(r, l.HostValues),
 		WithHostname(r.Spawn),
 		WithUnprivilegedUser(uint32(r.Process.UID), uint32(r.Process.GID)),
 		WithNoCapabilities(),
@@ -121,6 +125,7 @@ func Generate(ctx context.Context, r *render.Render, l Launch) (*specs.Spec, err
 
 // Redact returns a copy of spec whose environment holds no value of a host
 // or secret variable of the render: the form written to the run record.
+// (A spec from Generate holds no secret's value anyway.)
 func Redact(spec *specs.Spec, r *render.Render) *specs.Spec {
 	resolved := map[string]bool{}
 	for _, e := range r.Process.Env {

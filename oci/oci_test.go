@@ -19,6 +19,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"hookbox.dev/hookbox/compiler"
+	"hookbox.dev/hookbox/internal/initsecrets"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -68,13 +69,15 @@ func TestReadonlyRootfs(t *testing.T) {
 
 func TestProcessEnvIsExactlyTheRender(t *testing.T) {
 	r := sampleRender(t)
-	s := withOnly(t, WithProcess(r, map[string]string{"API_KEY": "k", "LANG": "C.UTF-8"}))
-	want := []string{"API_KEY=k", "HOME=/run/hookbox/home", "LANG=C.UTF-8", "MODE=ci", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	s := withOnly(t, WithProcess(r, map[string]string{"LANG": "C.UTF-8"}))
+	want := []string{"API_KEY=" + PlaceholderValue, "HOME=/run/hookbox/home", "LANG=C.UTF-8", "MODE=ci", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	for _, e := range r.Process.Env {
 		if e.Name == "SHELL" { // Claude Code's profile: bash where this host has it
 			want = append(want, "SHELL="+e.Value)
 		}
 	}
+	// The secret's value comes from hookbox-init (WithProcess).
+	want = append(want, initsecrets.EnvName+"=API_KEY")
 	if !slices.Equal(s.Process.Env, want) {
 		t.Errorf("env %q, want %q", s.Process.Env, want)
 	}
@@ -165,22 +168,35 @@ func TestPlannedMountsCannotReplaceDefaults(t *testing.T) {
 	}
 }
 
-func TestRedact(t *testing.T) {
+// No secret's value is ever in the spec (containerd writes it to disk):
+// the secret's entry holds the placeholder, in its place, and the init is
+// told which secrets to read; a host variable's value is in the spec and
+// Redact takes it out.
+func TestSecretsNeverInTheSpec(t *testing.T) {
 	r := sampleRender(t)
-	spec, err := Generate(context.Background(), r, Launch{RunID: "r1", Rootfs: "rootfs", EnvValues: map[string]string{"API_KEY": "hbx-sentinel-secret", "LANG": "hbx-sentinel-host"}})
+	// Even a secret's value handed in as a host value stays out.
+	spec, err := Generate(context.Background(), r, Launch{RunID: "r1", Rootfs: "rootfs", HostValues: map[string]string{"LANG": "hbx-sentinel-host", "API_KEY": "hbx-secret"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(spec.Process.Env, "API_KEY=hbx-sentinel-secret") {
-		t.Fatalf("the container environment must hold the value: %q", spec.Process.Env)
+	if data, _ := json.Marshal(spec); bytes.Contains(data, []byte("hbx-secret")) {
+		t.Errorf("the spec holds the secret's value: %q", spec.Process.Env)
+	}
+	if !slices.Contains(spec.Process.Env, "API_KEY="+PlaceholderValue) || spec.Process.Env[len(spec.Process.Env)-1] != initsecrets.EnvName+"=API_KEY" {
+		t.Errorf("the secret's entry and the init's list: %q", spec.Process.Env)
 	}
 	redacted := Redact(spec, r)
 	data, _ := json.Marshal(redacted)
 	if bytes.Contains(data, []byte("hbx-sentinel")) {
 		t.Errorf("redacted spec still holds a resolved value")
 	}
-	if !slices.Contains(spec.Process.Env, "API_KEY=hbx-sentinel-secret") {
+	if !slices.Contains(spec.Process.Env, "LANG=hbx-sentinel-host") {
 		t.Error("Redact must not modify its input")
+	}
+
+	r.Init = nil
+	if _, err := Generate(context.Background(), r, Launch{RunID: "r1", Rootfs: "rootfs", HostValues: map[string]string{}}); err == nil || !strings.Contains(err.Error(), "secrets API_KEY reach the engine only through hookbox-init") {
+		t.Errorf("a render without an init cannot get its secrets: %v", err)
 	}
 }
 

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/containerd/containerd/v2/core/containers"
 	ctroci "github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"hookbox.dev/hookbox/internal/initsecrets"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -44,39 +46,63 @@ func WithReadonlyRootfs(path string) specOpt {
 
 // WithProcess sets argv, cwd and exactly the render's environment: no
 // default variable of containerd's spec survives (docs/contracts.md §3).
-// values holds the launch-time values of host and secret variables; nil
-// means a plan view, where they show PlaceholderValue. At launch, a host
-// variable without a value is left out and a secret without one is an
-// error.
-func WithProcess(r *render.Render, values map[string]string) specOpt {
+// hostValues holds the launch-time values of host variables; nil means a
+// plan view, where they show PlaceholderValue; at launch a host variable
+// without a value is left out. No secret's value is ever in the spec,
+// which containerd writes to disk: a secret's entry holds
+// PlaceholderValue, and initsecrets.Variable lists the secrets for
+// hookbox-init, which puts the values the launcher writes to its stdin in
+// their entries' places (package internal/initsecrets).
+func WithProcess(r *render.Render, hostValues map[string]string) specOpt {
 	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
 		if len(r.Process.Argv) == 0 {
 			return fmt.Errorf("oci: the render has no argv")
+		}
+		secrets := SecretNames(r)
+		if len(secrets) > 0 && r.Init == nil {
+			return fmt.Errorf("oci: secrets %s reach the engine only through hookbox-init, and this render has no init (it predates it): render the spawn again", strings.Join(secrets, ", "))
 		}
 		ensureProcess(s)
 		s.Process.Args = slices.Clone(r.Process.Argv)
 		s.Process.Cwd = r.Process.Cwd
 		s.Process.Terminal = false
-		env := make([]string, 0, len(r.Process.Env))
+		env := make([]string, 0, len(r.Process.Env)+1)
 		for _, e := range r.Process.Env {
 			value := e.Value
-			if e.Source == render.EnvHost || e.Source == render.EnvSecret {
-				v, ok := values[e.Name]
+			switch e.Source {
+			case render.EnvSecret:
+				value = PlaceholderValue
+			case render.EnvHost:
+				v, ok := hostValues[e.Name]
 				switch {
-				case values == nil:
+				case hostValues == nil:
 					v = PlaceholderValue
-				case !ok && e.Source == render.EnvHost:
-					continue
 				case !ok:
-					return fmt.Errorf("oci: secret %s has no value at launch", e.Name)
+					continue
 				}
 				value = v
 			}
 			env = append(env, e.Name+"="+value)
 		}
+		if len(secrets) > 0 {
+			env = append(env, initsecrets.Variable(secrets))
+		}
 		s.Process.Env = env
 		return nil
 	}
+}
+
+// SecretNames are the render's secret variables (gateway secrets are not:
+// they never enter the container), in the order of its environment: the
+// order in which hookbox-init reads their values.
+func SecretNames(r *render.Render) []string {
+	var names []string
+	for _, e := range r.Process.Env {
+		if e.Source == render.EnvSecret {
+			names = append(names, e.Name)
+		}
+	}
+	return names
 }
 
 // WithHostname names the UTS namespace after the spawn.

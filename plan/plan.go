@@ -128,9 +128,10 @@ type Launch struct {
 	// Prepared: Host's run dir tmpfs and config dir exist and are checked
 	// like every other source. A preview leaves them unchecked.
 	Prepared bool
-	// EnvValues are the launch-time values of host and secret variables;
-	// nil shows oci.PlaceholderValue for each (a preview).
-	EnvValues map[string]string
+	// HostValues are the launch-time values of host variables; nil shows
+	// oci.PlaceholderValue for each (a preview). Secrets never go into a
+	// spec (oci.WithProcess).
+	HostValues map[string]string
 	// InheritCgroup: the backend's runtime cannot create the run's cgroup
 	// (see oci.Launch.InheritCgroup).
 	InheritCgroup bool
@@ -165,13 +166,13 @@ func NewContainer(ctx context.Context, r *render.Render, l Launch) (*Container, 
 	if err != nil {
 		return nil, err
 	}
-	env := l.EnvValues
+	env := l.HostValues
 	if env == nil && l.Prepared {
 		env = map[string]string{}
 	}
 	spec, err := oci.Generate(ctx, r, oci.Launch{
 		RunID: l.RunID, RenderDigest: digest, Rootfs: "rootfs", Mounts: oci.MountsFromPlan(mp),
-		EnvValues: env, InheritCgroup: l.InheritCgroup,
+		HostValues: env, InheritCgroup: l.InheritCgroup,
 	})
 	if err != nil {
 		return nil, err

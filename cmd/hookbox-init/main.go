@@ -12,8 +12,15 @@
 // Usage: hookbox-init ENGINE [ARG...]; the arguments are the engine's exact
 // argv (argv[0] is the path executed). It
 //
+//   - reads the run's secret values from its stdin when its environment
+//     names them (HOOKBOX_INIT_SECRETS, package internal/initsecrets:
+//     hookbox keeps the values out of the OCI spec, which containerd
+//     writes to disk), closes that stdin and gives the engine /dev/null
+//     instead. Secrets it was told to expect and could not read, within
+//     secretsTimeout, make it exit 127 without starting the engine;
 //   - starts the engine with the inherited stdio, environment and working
-//     directory, as the leader of a new process group;
+//     directory (with the secrets' values in their entries' places and
+//     HOOKBOX_INIT_SECRETS removed), as the leader of a new process group;
 //   - forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to that
 //     group;
 //   - reaps every child it has: the engine, and the orphans the kernel
@@ -36,9 +43,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/internal/initsecrets"
 )
 
 // forwarded are the signals passed on to the engine's process group.
@@ -69,21 +80,85 @@ func run(argv []string) int {
 	signals := make(chan os.Signal, 16)
 	signal.Notify(signals, forwarded...)
 
+	env, devnull, err := engineEnv(os.Environ())
+	if err != nil {
+		fail("%v; the engine is not started", err)
+		return exitCannotStart
+	}
+	stdin := uintptr(0)
+	if devnull != nil {
+		stdin = devnull.Fd()
+	}
 	path := argv[0]
 	if lp, err := exec.LookPath(path); err == nil {
 		path = lp
 	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-		Env:   os.Environ(),
-		Files: []uintptr{0, 1, 2},
+		Env:   env,
+		Files: []uintptr{stdin, 1, 2},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
+	if devnull != nil {
+		devnull.Close() // the engine has its own; this keeps it open until then
+	}
 	if err != nil {
 		fail("cannot start %s: %v", argv[0], err)
 		return exitCannotStart
 	}
 	go forward(signals, pid)
 	return reap(pid)
+}
+
+// secretsTimeout bounds the wait for the secrets on stdin. hookbox starts
+// writing them when it creates the task, so they are there at once; but
+// the shim keeps its own end of the stdin pipe open, so a hookbox that
+// died before writing them all leaves no end of stream to wait for.
+const secretsTimeout = 30 * time.Second
+
+// engineEnv returns the engine's environment and, when it is not the
+// init's own stdin, the engine's stdin: environ and nil when environ names
+// no secret; else, with the secrets read from stdin (which is then
+// closed), environ with their values in place and /dev/null.
+func engineEnv(environ []string) ([]string, *os.File, error) {
+	names, env, err := initsecrets.Expected(environ)
+	if err != nil || len(names) == 0 {
+		return env, nil, err
+	}
+	// Non-blocking, so that the runtime's poller can bound the read
+	// (a pipe; a file or /dev/null ends by itself).
+	if err := unix.SetNonblock(0, true); err != nil {
+		return nil, nil, secretsError(names, err)
+	}
+	values, err := readSecrets(os.NewFile(0, "stdin"), names, secretsTimeout)
+	if err != nil {
+		return nil, nil, secretsError(names, err)
+	}
+	if env, err = initsecrets.Apply(env, values); err != nil {
+		return nil, nil, secretsError(names, err)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the engine's stdin: %w", err)
+	}
+	return env, devnull, nil
+}
+
+// readSecrets reads names' values from stdin within timeout, and closes
+// it: the engine must find nothing of that channel.
+func readSecrets(stdin *os.File, names []string, timeout time.Duration) (map[string]string, error) {
+	defer stdin.Close()
+	if err := stdin.SetReadDeadline(time.Now().Add(timeout)); err != nil && !errors.Is(err, os.ErrNoDeadline) {
+		return nil, err
+	}
+	values, err := initsecrets.Read(stdin, names)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, fmt.Errorf("they did not arrive within %v (hookbox, which writes them, may have died)", timeout)
+	}
+	return values, err
+}
+
+func secretsError(names []string, err error) error {
+	return fmt.Errorf("the values of %s were to come from hookbox on stdin and could not be read: %w", strings.Join(names, ", "), err)
 }
 
 // forward sends every signal received to the engine's process group

@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"hookbox.dev/hookbox/internal/initsecrets"
 )
 
 // The test binary is the init when asInit is set: the tests run it (not as
@@ -207,4 +212,116 @@ func procStat(pid int) (int, error) {
 	}
 	ppid, err := strconv.Atoi(f[1])
 	return ppid, err
+}
+
+// secretsInit runs the init with exactly environ (and the test's own
+// switch) and stdin; it returns its exit code, stdout and stderr.
+func secretsInit(t *testing.T, environ []string, stdin io.Reader, argv ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], argv...)
+	cmd.Env = append([]string{asInit + "=1"}, environ...)
+	cmd.Stdin = stdin
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	code := exitOf(t, cmd.Run())
+	return code, stdout.String(), stderr.String()
+}
+
+// The secrets named by HOOKBOX_INIT_SECRETS come from stdin into their
+// entries' places; the engine's environment is the rest of the init's in
+// its order, without HOOKBOX_INIT_SECRETS, and its stdin is /dev/null.
+func TestSecretsFromStdin(t *testing.T) {
+	names := []string{"S_ONE", "S_TWO"}
+	stream, err := initsecrets.Encode(names, map[string]string{"S_ONE": "hbx-one=x\ny", "S_TWO": ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	environ := []string{"A=1", "S_ONE=<resolved at launch>", initsecrets.Variable(names), "B=2", "S_TWO=<resolved at launch>"}
+	// env -0 prints its environment as it got it, in order.
+	code, stdout, stderr := secretsInit(t, environ, bytes.NewReader(stream), "/usr/bin/env", "-0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	got := strings.Split(strings.TrimSuffix(stdout, "\x00"), "\x00")
+	want := []string{asInit + "=1", "A=1", "S_ONE=hbx-one=x\ny", "B=2", "S_TWO="}
+	if !slices.Equal(got, want) {
+		t.Errorf("the engine's environment is %q, want %q", got, want)
+	}
+
+	code, stdout, stderr = secretsInit(t, environ, bytes.NewReader(stream), "/usr/bin/readlink", "/proc/self/fd/0")
+	if code != 0 || stdout != "/dev/null\n" {
+		t.Errorf("the engine's stdin is %q (exit %d, %s), want /dev/null", stdout, code, stderr)
+	}
+}
+
+// Without HOOKBOX_INIT_SECRETS the init reads nothing: stdin is the
+// engine's (TestStdoutIsTheEngines), the environment passes unchanged.
+func TestNoSecretsNoChange(t *testing.T) {
+	code, stdout, stderr := secretsInit(t, []string{"B=2", "A=1"}, nil, "/usr/bin/env", "-0")
+	if code != 0 || stdout != asInit+"=1\x00B=2\x00A=1\x00" {
+		t.Errorf("exit %d stdout %q stderr %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = secretsInit(t, nil, strings.NewReader("for the engine"), "/usr/bin/cat")
+	if code != 0 || stdout != "for the engine" {
+		t.Errorf("exit %d stdout %q stderr %s", code, stdout, stderr)
+	}
+}
+
+// Secrets expected and not read: exit 127 without starting the engine,
+// an error naming the variables and never a byte of a value.
+func TestSecretsFailClosed(t *testing.T) {
+	const value = "hbx-sentinel-partial"
+	names := []string{"S_ONE", "S_TWO"}
+	environ := []string{"S_ONE=<resolved at launch>", "S_TWO=<resolved at launch>", initsecrets.Variable(names)}
+	full, _ := initsecrets.Encode(names, map[string]string{"S_ONE": value, "S_TWO": value})
+	marker := filepath.Join(t.TempDir(), "engine-ran")
+	for _, tc := range []struct {
+		name    string
+		stdin   io.Reader
+		environ []string
+		want    string
+	}{
+		{"no stdin", nil, environ, "the stream ended before the value of S_ONE"},
+		{"cut mid-value", bytes.NewReader(full[:len(full)-5]), environ, "the stream ended before the value of S_TWO"},
+		{"no placeholder", bytes.NewReader(full), environ[1:], "no entry in the environment for S_ONE"},
+		{"malformed list", nil, []string{initsecrets.EnvName + "=S_ONE,,S_TWO"}, "is not a variable name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := secretsInit(t, tc.environ, tc.stdin, "/usr/bin/touch", marker)
+			if code != exitCannotStart || stdout != "" {
+				t.Errorf("exit %d stdout %q, want %d and nothing", code, stdout, exitCannotStart)
+			}
+			if !strings.HasPrefix(stderr, "hookbox-init: ") || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "the engine is not started") {
+				t.Errorf("stderr %q, want %q", stderr, tc.want)
+			}
+			if strings.Contains(stderr, "sentinel") {
+				t.Errorf("stderr shows a value: %q", stderr)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("the engine ran")
+			}
+		})
+	}
+}
+
+// A writer that keeps the pipe open and never writes (hookbox died and
+// the shim holds its end) does not make the init wait forever; the init
+// closes its end either way.
+func TestReadSecretsTimesOut(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	start := time.Now()
+	_, err = readSecrets(r, []string{"S_ONE"}, 200*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "did not arrive within 200ms") {
+		t.Fatalf("error %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("took %v", took)
+	}
+	if _, err := w.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+		t.Errorf("the init's end of the pipe is still open: write gave %v", err)
+	}
 }
