@@ -83,6 +83,7 @@ func Options(r *render.Render, l Launch) []ctroci.SpecOpts {
 		withCgroup(r, l),
 		WithNofile(NofileLimit),
 		WithNoexecDev(),
+		WithShmInodes(),
 		ctroci.WithoutRunMount,
 		WithPlannedMounts(l.Mounts),
 		ctroci.WithAnnotations(map[string]string{
