@@ -27,6 +27,16 @@ const (
 	DefaultMemoryBytes   = 4 << 30
 	DefaultPids          = 1024
 	DefaultTmpfsBytes    = 1 << 30
+	// DefaultOutputBytes caps stdout and, separately, stderr: generous for
+	// a long session's NDJSON stream, small enough that a runaway engine
+	// cannot fill the host's disk with its record.
+	DefaultOutputBytes = 64 << 20
+	// Without limits.tmpfsInodes a tmpfs gets one inode per
+	// TmpfsBytesPerInode of its size (mke2fs's default ratio), and at
+	// least MinDefaultTmpfsInodes: an inode costs host kernel memory and
+	// a harvested entry, but nothing of the tmpfs's size.
+	TmpfsBytesPerInode    = 16 << 10
+	MinDefaultTmpfsInodes = 4096
 	// ContainerUID and ContainerGID are the unprivileged user of the base image.
 	ContainerUID = 65532
 	ContainerGID = 65532
@@ -255,6 +265,14 @@ func (c *compilation) limits() {
 	if l.Tmpfs.Set {
 		out.TmpfsBytes = l.Tmpfs.Value()
 	}
+	out.TmpfsInodes = max(out.TmpfsBytes/TmpfsBytesPerInode, MinDefaultTmpfsInodes)
+	if l.TmpfsInodes > 0 {
+		out.TmpfsInodes = l.TmpfsInodes
+	}
+	out.OutputBytes = DefaultOutputBytes
+	if l.Output.Set {
+		out.OutputBytes = l.Output.Value()
+	}
 	c.r.Limits = out
 }
 
@@ -290,8 +308,8 @@ func (c *compilation) mounts() {
 	}
 	tmpfsOpts := []string{"nosuid", "nodev", "noexec", "mode=0700"}
 	ms = append(ms,
-		render.Mount{Destination: render.RunDir, Kind: render.MountTmpfs, Options: tmpfsOpts, SizeBytes: c.r.Limits.TmpfsBytes},
-		render.Mount{Destination: render.TmpDir, Kind: render.MountTmpfs, Options: []string{"nosuid", "nodev", "noexec", "mode=1777"}, SizeBytes: c.r.Limits.TmpfsBytes},
+		render.Mount{Destination: render.RunDir, Kind: render.MountTmpfs, Options: tmpfsOpts, SizeBytes: c.r.Limits.TmpfsBytes, Inodes: c.r.Limits.TmpfsInodes},
+		render.Mount{Destination: render.TmpDir, Kind: render.MountTmpfs, Options: []string{"nosuid", "nodev", "noexec", "mode=1777"}, SizeBytes: c.r.Limits.TmpfsBytes, Inodes: c.r.Limits.TmpfsInodes},
 	)
 	c.r.Mounts = ms
 }

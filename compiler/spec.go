@@ -114,7 +114,9 @@ type Limits struct {
 	Memory      Quantity `json:"memory,omitempty" doc:"Memory limit, e.g. 4Gi. Default 4Gi."`
 	Pids        int64    `json:"pids,omitempty" doc:"Maximum number of processes. Default 1024."`
 	CPUs        Quantity `json:"cpus,omitempty" doc:"CPU limit, e.g. 2 or 500m. Default: no limit."`
-	Tmpfs       Quantity `json:"tmpfs,omitempty" doc:"Size of the writable run dir /run/hookbox. Default 1Gi."`
+	Tmpfs       Quantity `json:"tmpfs,omitempty" doc:"Size of the writable run dir /run/hookbox (and of /tmp). Default 1Gi."`
+	TmpfsInodes int64    `json:"tmpfsInodes,omitempty" doc:"How many files, directories and symlinks the run dir (and /tmp, and an overlay workspace's store) can hold; creating one more fails with ENOSPC in the container. Default: one per 16Ki of limits.tmpfs, at least 4096 (65536 for the default 1Gi)."`
+	Output      Quantity `json:"output,omitempty" doc:"Cap on the engine's stdout and, separately, on its stderr as hookbox records and streams them, e.g. 16Mi. Beyond it the output is still read (the engine never blocks on it) but dropped and counted (result.json output, reason output-truncated:stdout or :stderr); the record then ends at the last whole line within the cap. Default 64Mi."`
 }
 
 type Trace struct {

@@ -430,6 +430,12 @@ func (p *Parsed) validateEnv(diags *diagnostics) {
 	}
 }
 
+// The smallest limits.tmpfsInodes and limits.output a spec may give.
+const (
+	minTmpfsInodes = 64
+	minOutputBytes = 4 << 10
+)
+
 func (p *Parsed) validateLimits(diags *diagnostics, def *engineDef) {
 	l := &p.Spawn.Spec.Limits
 	if def != nil && !def.streamsEarly {
@@ -451,6 +457,13 @@ func (p *Parsed) validateLimits(diags *diagnostics, def *engineDef) {
 	}
 	if l.Tmpfs.Set && l.Tmpfs.Value() < 1<<20 {
 		p.errf(diags, "spec.limits.tmpfs", "give at least 1Mi", "tmpfs size %s is too small", l.Tmpfs.String())
+	}
+	if p.has("spec.limits.tmpfsInodes") && l.TmpfsInodes < minTmpfsInodes {
+		p.errf(diags, "spec.limits.tmpfsInodes", fmt.Sprintf("give at least %d, or omit it for one per 16Ki of limits.tmpfs", minTmpfsInodes),
+			"tmpfsInodes %d is too small: the run dir needs inodes for HOME, out and the files hookbox writes there", l.TmpfsInodes)
+	}
+	if l.Output.Set && l.Output.Value() < minOutputBytes {
+		p.errf(diags, "spec.limits.output", "give at least 4Ki, or omit it for the default 64Mi", "output cap %s is too small", l.Output.String())
 	}
 	if l.CPUs.Set && l.CPUs.MilliValue() < 10 {
 		p.errf(diags, "spec.limits.cpus", "give at least 10m", "cpu limit %s is too small", l.CPUs.String())

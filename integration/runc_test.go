@@ -106,7 +106,7 @@ func assembleBundle(t *testing.T, spec string, specDir string) *bundle {
 	rootfs := filepath.Join(b.dir, "rootfs")
 	mountRootfs(t, rootfs, []string{res.TreeDir, base})
 	t.Cleanup(func() { exec.Command("runc", "delete", "--force", b.id).Run() })
-	if err := mounts.Create(b.runDir, r.Limits.TmpfsBytes, r.Process.UID, r.Process.GID); err != nil {
+	if err := mounts.Create(b.runDir, mounts.RunDirSize(r), r.Process.UID, r.Process.GID); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -32,14 +32,17 @@ const (
 
 // Reason ids in results (stable strings).
 const (
-	ReasonTimeout            = "timeout"
-	ReasonFirstOutput        = "first-output-timeout"
-	ReasonIdle               = "idle-timeout"
-	ReasonSignal             = "cancelled-by-signal"
-	ReasonNoArtifacts        = "no-declared-artifact"
-	ReasonMissingArtifacts   = "declared-artifact-missing"
-	ReasonOOM                = "oom-kill"
-	ReasonHarvestPartial     = "harvest-partial"
+	ReasonTimeout          = "timeout"
+	ReasonFirstOutput      = "first-output-timeout"
+	ReasonIdle             = "idle-timeout"
+	ReasonSignal           = "cancelled-by-signal"
+	ReasonNoArtifacts      = "no-declared-artifact"
+	ReasonMissingArtifacts = "declared-artifact-missing"
+	ReasonOOM              = "oom-kill"
+	ReasonHarvestPartial   = "harvest-partial"
+	// ReasonOutputTruncated (with :stdout or :stderr): the stream reached
+	// limits.output; result.json output says how much was dropped.
+	ReasonOutputTruncated    = "output-truncated"
 	ReasonTeardownIncomplete = "teardown-incomplete"
 	ReasonTracerNotRun       = "tracer-not-run"
 	// ReasonNoRunCgroup (degraded): a rootless run without a delegated
@@ -87,7 +90,11 @@ type Result struct {
 	Timings   Timings                `json:"timings_ms"`
 	Artifacts []mounts.ArtifactMatch `json:"artifacts"`
 	Harvest   *mounts.Report         `json:"harvest,omitempty"`
-	Trace     TraceResult            `json:"trace"`
+	// Output is what the record kept of the engine's stdout and stderr;
+	// absent when the task was never created, and in records from before
+	// limits.output.
+	Output *OutputResult `json:"output,omitempty"`
+	Trace  TraceResult   `json:"trace"`
 	// Slots are the launch slot values ({"run_id": ..., "run_dir": ...})
 	// the launcher filled into the hooks' configuration; the verdict
 	// requires exactly them where the render has a slot. Absent when the
@@ -131,6 +138,27 @@ type RunfilesResult struct {
 	// Repaired lists the store objects found damaged and replaced from
 	// their host files before the run (tampering, or a failing disk).
 	Repaired []runfiles.Repair `json:"repaired,omitempty"`
+}
+
+// OutputResult is the output section of result.json: the engine's stdout
+// (StdoutFile) and stderr (StderrFile) as recorded, each capped at
+// CapBytes (limits.output; 0: no cap).
+type OutputResult struct {
+	CapBytes int64        `json:"cap_bytes"`
+	Stdout   StreamResult `json:"stdout"`
+	Stderr   StreamResult `json:"stderr"`
+}
+
+// StreamResult is one output stream's account.
+type StreamResult struct {
+	// Bytes are in the record file.
+	Bytes int64 `json:"bytes"`
+	// DroppedBytes were read from the engine and not kept: everything after
+	// the cap, and the start of the line the cap cut.
+	DroppedBytes int64 `json:"dropped_bytes,omitempty"`
+	// Error: writing or trimming the record file failed (the output after
+	// a failed write is dropped and counted).
+	Error string `json:"error,omitempty"`
 }
 
 // NotifyResult is the notify section of result.json.

@@ -183,8 +183,9 @@ type execution struct {
 	cg        *cgroup.Run
 	stdoutW   *io.PipeWriter
 	readerWG  sync.WaitGroup
-	stderrF   *os.File
-	activity  chan struct{}
+	// stdout and stderr are the engine's output as recorded (output.go).
+	stdout, stderr *cappedOutput
+	activity       chan struct{}
 
 	// engineStarted: the task was started; before that, an exit status is
 	// runc init's, never the engine's.
@@ -363,7 +364,7 @@ func (x *execution) prepare() error {
 	x.progress("tmpfs", "run dir %s", humanBytes(x.r.Limits.TmpfsBytes))
 	host := mounts.RunHostPaths(x.dir)
 	x.runDir = host.RunDir
-	if err := mounts.Create(host.RunDir, x.r.Limits.TmpfsBytes, x.r.Process.UID, x.r.Process.GID); err != nil {
+	if err := mounts.Create(host.RunDir, mounts.RunDirSize(x.r), x.r.Process.UID, x.r.Process.GID); err != nil {
 		return err
 	}
 	// The engine reads its hooks from these files: they get the run's
@@ -530,8 +531,7 @@ func (x *execution) create() error {
 	var stdoutR *io.PipeReader
 	stdoutR, x.stdoutW = io.Pipe()
 	var err error
-	x.stderrF, err = os.OpenFile(filepath.Join(x.dir, StderrFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
+	if x.stderr, err = x.openOutput(StderrFile, "stderr", 0o600); err != nil {
 		return err
 	}
 	x.task, err = x.container.NewTask(x.ctx, cio.NewCreator(x.stdioOpts()...), containerd.WithRootFS(x.rootfs))
@@ -572,13 +572,12 @@ func (x *execution) create() error {
 	}
 	x.emit(Event{Type: EventSpawned, Spawned: spawned})
 
-	out, err := os.OpenFile(filepath.Join(x.dir, StdoutFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
+	if x.stdout, err = x.openOutput(StdoutFile, "stdout", 0o644); err != nil {
 		return err
 	}
 	x.activity = make(chan struct{}, 1)
 	x.readerWG.Add(1)
-	go x.readStdout(stdoutR, out)
+	go x.readStdout(stdoutR)
 	// The engine may print (and a reader react, e.g. with Ctrl-C) before
 	// Start's reply arrives: once created, starting is not abandoned.
 	if err := x.task.Start(context.WithoutCancel(x.ctx)); err != nil {
@@ -593,7 +592,7 @@ func (x *execution) stdioOpts() []cio.Opt {
 	if x.secretStream != nil {
 		stdin = bytes.NewReader(x.secretStream)
 	}
-	opts := []cio.Opt{cio.WithStreams(stdin, x.stdoutW, x.stderrF)}
+	opts := []cio.Opt{cio.WithStreams(stdin, x.stdoutW, x.stderr)}
 	if dir := x.opts.Backend.FIFODir; dir != "" {
 		opts = append(opts, cio.WithFIFODir(dir))
 	}
@@ -624,21 +623,21 @@ func (x *execution) openCgroup(initPID int) error {
 	return nil
 }
 
-// readStdout copies the engine's stdout to the record, the terminal and
-// the event stream, and signals activity for the watchdogs.
-func (x *execution) readStdout(r io.Reader, record *os.File) {
+// readStdout copies the engine's stdout, up to its cap, to the record, the
+// terminal and the event stream, and signals activity for the watchdogs
+// (output beyond the cap is activity too).
+func (x *execution) readStdout(r io.Reader) {
 	defer x.readerWG.Done()
-	defer record.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			chunk := buf[:n]
-			record.Write(chunk)
-			if x.opts.Stdout != nil {
-				x.opts.Stdout.Write(chunk)
+			if chunk := x.stdout.take(buf[:n]); len(chunk) > 0 {
+				if x.opts.Stdout != nil {
+					x.opts.Stdout.Write(chunk)
+				}
+				x.emit(Event{Type: EventOutput, Stream: "stdout", Data: string(bytes.Clone(chunk))})
 			}
-			x.emit(Event{Type: EventOutput, Stream: "stdout", Data: string(bytes.Clone(chunk))})
 			select {
 			case x.activity <- struct{}{}:
 			default:
@@ -741,9 +740,7 @@ func (x *execution) teardown() {
 		x.readerWG.Wait()
 	}
 	x.stopTrace()
-	if x.stderrF != nil {
-		x.stderrF.Close()
-	}
+	x.recordOutput()
 	// Harvest and unmount the tmpfs while containerd deletes the rest: the
 	// two touch nothing in common.
 	var unmountErr error

@@ -137,7 +137,8 @@ func (x *execution) statusFromExit() {
 // declared artifacts (docs/contracts.md §5).
 func (x *execution) harvest() {
 	dst := filepath.Join(x.dir, ArtifactDir)
-	report, err := mounts.Harvest(x.runDir, dst, x.r.Limits.TmpfsBytes)
+	size := mounts.RunDirSize(x.r)
+	report, err := mounts.Harvest(x.runDir, dst, mounts.HarvestCap{Bytes: size.Bytes, Entries: size.Inodes})
 	if err != nil {
 		x.result.Reasons = append(x.result.Reasons, ReasonHarvestPartial)
 		x.result.Error = strings.TrimPrefix(x.result.Error+"; harvest: "+err.Error(), "; ")

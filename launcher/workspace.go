@@ -48,7 +48,7 @@ func (x *execution) prepareWorkspaceStore(store string) error {
 	if _, ok := workspaceOverlay(x.r); !ok {
 		return nil
 	}
-	if err := mounts.CreateWorkspaceStore(store, x.r.Limits.TmpfsBytes, x.r.Process.UID, x.r.Process.GID); err != nil {
+	if err := mounts.CreateWorkspaceStore(store, mounts.RunDirSize(x.r), x.r.Process.UID, x.r.Process.GID); err != nil {
 		return err
 	}
 	x.workspaceStore = store

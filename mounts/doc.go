@@ -38,11 +38,13 @@
 //
 // # The tmpfs run dir
 //
-// Create mounts a size-limited tmpfs on the host (mode 0700, owned by the
-// container user, nosuid/nodev/noexec), so it outlives the container and
-// can be harvested on success, failure, timeout or kill alike. Seed writes
-// the render's files under render.RunDir into it. Harvest copies it out
-// without following a single symlink and reports every entry it skipped.
+// Create mounts a tmpfs limited in size and inodes (TmpfsSize) on the host
+// (mode 0700, owned by the container user, nosuid/nodev/noexec), so it
+// outlives the container and can be harvested on success, failure,
+// timeout or kill alike. Seed writes the render's files under
+// render.RunDir into it. Harvest copies it out without following a single
+// symlink, at most a byte and an entry cap (HarvestCap: the tmpfs's size
+// and inode limit), and reports what it skipped (docs/contracts.md 5.9).
 // Unmount is retry-safe (docs/contracts.md §2): a mount or directory
 // already gone counts as cleaned.
 //

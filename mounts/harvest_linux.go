@@ -15,18 +15,33 @@ type SkipReason string
 
 // Skip reasons.
 const (
-	SkipSymlink    SkipReason = "symlink"    // turned into a symlink while harvested (a listed symlink is in Report.Symlinks)
-	SkipFIFO       SkipReason = "fifo"       // never opened
-	SkipDevice     SkipReason = "device"     // character or block device
-	SkipSocket     SkipReason = "socket"     // never connected
-	SkipOverCap    SkipReason = "over-cap"   // the size cap was reached
-	SkipUnreadable SkipReason = "unreadable" // open, stat or read failed
-	SkipTooDeep    SkipReason = "too-deep"   // nested deeper than MaxHarvestDepth
+	SkipSymlink SkipReason = "symlink"  // turned into a symlink while harvested (a listed symlink is in Report.Symlinks)
+	SkipFIFO    SkipReason = "fifo"     // never opened
+	SkipDevice  SkipReason = "device"   // character or block device
+	SkipSocket  SkipReason = "socket"   // never connected
+	SkipOverCap SkipReason = "over-cap" // the size cap was reached
+	// SkipOverEntryCap: the entry cap was reached (HarvestCap.Entries).
+	SkipOverEntryCap SkipReason = "over-entry-cap"
+	SkipUnreadable   SkipReason = "unreadable" // open, stat or read failed
+	SkipTooDeep      SkipReason = "too-deep"   // nested deeper than MaxHarvestDepth
 )
 
 // MaxHarvestDepth bounds how deep Harvest descends (each level holds one
 // open directory).
 const MaxHarvestDepth = 128
+
+// MaxSkippedListed bounds Report.Skipped: later skipped entries are only
+// counted (Report.SkippedUnlisted), so a tree of a million fifos, or one
+// past a cap, cannot make the report itself unbounded.
+const MaxSkippedListed = 1000
+
+// HarvestCap bounds what Harvest copies: Bytes of file content and Entries
+// (files, directories and symlinks; the root is not one). The run dir's
+// harvest uses its tmpfs's size and inode limit (RunDirSize).
+type HarvestCap struct {
+	Bytes   int64
+	Entries int64
+}
 
 // Skipped is one entry Harvest did not copy.
 type Skipped struct {
@@ -45,9 +60,16 @@ type Report struct {
 	Bytes    int64 `json:"bytes"`
 	CapBytes int64 `json:"cap_bytes"`
 	// CapReached: a file did not fit under CapBytes; it and every entry
-	// after it (in sorted walk order) are in Skipped as over-cap.
-	CapReached bool      `json:"cap_reached"`
-	Skipped    []Skipped `json:"skipped,omitempty"`
+	// after it (in sorted walk order) are skipped as over-cap.
+	CapReached bool  `json:"cap_reached"`
+	CapEntries int64 `json:"cap_entries,omitempty"`
+	// EntryCapReached: CapEntries entries were harvested (Files + Dirs +
+	// Symlinks); every entry after them is skipped as over-entry-cap.
+	EntryCapReached bool      `json:"entry_cap_reached,omitempty"`
+	Skipped         []Skipped `json:"skipped,omitempty"`
+	// SkippedUnlisted counts the skipped entries after the first
+	// MaxSkippedListed, which Skipped does not list.
+	SkippedUnlisted int `json:"skipped_unlisted,omitempty"`
 	// Symlinks are recorded by their target text, never followed nor
 	// recreated in the copy (a link the engine wrote must not point the
 	// host's reader of the harvest anywhere). Their whole content is the
@@ -62,8 +84,14 @@ type Symlink struct {
 	Target string `json:"target"`
 }
 
-// Complete reports whether every entry was copied or recorded.
-func (r Report) Complete() bool { return len(r.Skipped) == 0 }
+// Complete reports whether every entry was copied or recorded: nothing
+// skipped, listed or not, and neither cap reached.
+func (r Report) Complete() bool {
+	return len(r.Skipped) == 0 && r.SkippedUnlisted == 0 && !r.CapReached && !r.EntryCapReached
+}
+
+// entries counts what the harvest recorded, the entry cap's unit.
+func (r Report) entries() int64 { return int64(r.Files + r.Dirs + len(r.Symlinks)) }
 
 // Harvest copies the regular files and directories under src into dst
 // (created 0700 if missing) and reports every entry it skipped and why.
@@ -82,18 +110,22 @@ func (r Report) Complete() bool { return len(r.Skipped) == 0 }
 // the container user. Hard links are copied once per name. Harvesting
 // again into the same dst (a retry) replaces the files copied before.
 //
-// capBytes (required, > 0) caps the bytes copied; a sparse file counts at
-// its full size, since its copy is not sparse. The first regular file that
-// does not fit stops the copy: it and every later entry are reported
+// limit.Bytes (required, > 0) caps the bytes copied; a sparse file counts
+// at its full size, since its copy is not sparse. The first regular file
+// that does not fit stops the copy: it and every later entry are reported
 // over-cap (a directory once, without visiting it), and CapReached is set.
+// limit.Entries (required, > 0) caps the entries recorded (files,
+// directories, symlinks) the same way: the first entry over it and every
+// later one are over-entry-cap, and EntryCapReached is set. Only the first
+// MaxSkippedListed skipped entries are listed; the rest are counted.
 //
 // Problems reading src are reported as skipped entries; problems writing
 // dst end the harvest with an error, and the report still says what was
 // copied until then.
-func Harvest(src, dst string, capBytes int64) (Report, error) {
-	rep := Report{CapBytes: capBytes}
-	if capBytes <= 0 {
-		return rep, fmt.Errorf("%w: harvest of %s needs a positive size cap, got %d; pass the tmpfs size (Plan.RunDirBytes) or the run record's limit", ErrInvalid, src, capBytes)
+func Harvest(src, dst string, limit HarvestCap) (Report, error) {
+	rep := Report{CapBytes: limit.Bytes, CapEntries: limit.Entries}
+	if limit.Bytes <= 0 || limit.Entries <= 0 {
+		return rep, fmt.Errorf("%w: harvest of %s needs a positive size and entry cap, got %d bytes and %d entries; pass the tmpfs's size and inode limit (RunDirSize)", ErrInvalid, src, limit.Bytes, limit.Entries)
 	}
 	srcfd, err := openat2(unix.AT_FDCWD, src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, unix.RESOLVE_NO_MAGICLINKS)
 	if err != nil {
@@ -108,7 +140,7 @@ func Harvest(src, dst string, capBytes int64) (Report, error) {
 		return rep, fmt.Errorf("harvest: opening %s: %w", dst, err)
 	}
 	defer unix.Close(dstfd)
-	h := &harvester{rep: &rep, cap: capBytes}
+	h := &harvester{rep: &rep, cap: limit}
 	if err := h.dir(srcfd, dstfd, "", 0); err != nil {
 		return rep, fmt.Errorf("harvest %s into %s: %w", src, dst, err)
 	}
@@ -117,12 +149,27 @@ func Harvest(src, dst string, capBytes int64) (Report, error) {
 
 type harvester struct {
 	rep     *Report
-	cap     int64
+	cap     HarvestCap
 	copyBuf []byte
 }
 
 func (h *harvester) skip(rel string, why SkipReason, detail string) {
+	if len(h.rep.Skipped) >= MaxSkippedListed {
+		h.rep.SkippedUnlisted++
+		return
+	}
 	h.rep.Skipped = append(h.rep.Skipped, Skipped{Path: rel, Reason: why, Detail: detail})
+}
+
+// admit reports whether one more entry fits under the entry cap; the
+// first that does not reaches it and is skipped.
+func (h *harvester) admit(rel string) bool {
+	if !h.rep.EntryCapReached && h.rep.entries() < h.cap.Entries {
+		return true
+	}
+	h.rep.EntryCapReached = true
+	h.skip(rel, SkipOverEntryCap, fmt.Sprintf("cap of %d entries reached", h.cap.Entries))
+	return false
 }
 
 // dir copies the entries of the open source directory srcfd into dstfd.
@@ -142,12 +189,19 @@ func (h *harvester) dir(srcfd, dstfd int, rel string, depth int) error {
 }
 
 func (h *harvester) entry(srcfd, dstfd int, name, rel string, depth int) error {
+	if h.rep.EntryCapReached {
+		h.skip(rel, SkipOverEntryCap, fmt.Sprintf("cap of %d entries already reached", h.cap.Entries))
+		return nil
+	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(srcfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		h.skip(rel, SkipUnreadable, err.Error())
 		return nil
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		if !h.admit(rel) {
+			return nil
+		}
 		buf := make([]byte, unix.PathMax)
 		n, err := unix.Readlinkat(srcfd, name, buf)
 		if err != nil {
@@ -162,7 +216,10 @@ func (h *harvester) entry(srcfd, dstfd int, name, rel string, depth int) error {
 		return nil
 	}
 	if h.rep.CapReached {
-		h.skip(rel, SkipOverCap, "cap of "+fmt.Sprint(h.cap)+" bytes already reached")
+		h.skip(rel, SkipOverCap, "cap of "+fmt.Sprint(h.cap.Bytes)+" bytes already reached")
+		return nil
+	}
+	if !h.admit(rel) {
 		return nil
 	}
 	switch st.Mode & unix.S_IFMT {
@@ -260,9 +317,9 @@ func (h *harvester) file(srcfd, dstfd int, name, rel string) error {
 		return nil
 	}
 	defer unix.Close(in)
-	if st.Size > h.cap-h.rep.Bytes {
+	if left := h.cap.Bytes - h.rep.Bytes; st.Size > left {
 		h.rep.CapReached = true
-		h.skip(rel, SkipOverCap, fmt.Sprintf("%d bytes; %d of the %d-byte cap left", st.Size, h.cap-h.rep.Bytes, h.cap))
+		h.skip(rel, SkipOverCap, fmt.Sprintf("%d bytes; %d of the %d-byte cap left", st.Size, left, h.cap.Bytes))
 		return nil
 	}
 	// A copy left by an earlier harvest is replaced, never written through

@@ -2,6 +2,7 @@ package mounts
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,9 @@ import (
 
 	"hookbox.dev/hookbox/internal/testenv"
 )
+
+// roomy is a cap no test tree reaches.
+var roomy = HarvestCap{Bytes: 1 << 20, Entries: 1 << 20}
 
 // skipsOf indexes a report's skipped entries by path.
 func skipsOf(rep Report) map[string]Skipped {
@@ -61,7 +65,7 @@ func TestHarvestCopiesTreeWithModes(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(src, "home", "ro-inside"), "r", 0o400)
 
-	rep, err := Harvest(src, dst, 1<<20)
+	rep, err := Harvest(src, dst, roomy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +88,7 @@ func TestHarvestCopiesTreeWithModes(t *testing.T) {
 	wantMode(t, filepath.Join(dst, "home", "ro-inside"), 0o400)
 
 	// A second harvest into the same place (a retry) succeeds.
-	if _, err := Harvest(src, dst, 1<<20); err != nil {
+	if _, err := Harvest(src, dst, roomy); err != nil {
 		t.Errorf("second Harvest: %v", err)
 	}
 }
@@ -100,7 +104,7 @@ func TestHarvestNeverFollowsSymlinks(t *testing.T) {
 	symlink(t, "review.md", filepath.Join(src, "out", "inside-link"))
 	writeFile(t, filepath.Join(src, "out", "review.md"), "ok", 0o644)
 
-	rep, err := Harvest(src, dst, 1<<20)
+	rep, err := Harvest(src, dst, roomy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,16 +134,16 @@ func TestHarvestRootSymlinkRefused(t *testing.T) {
 	base := t.TempDir()
 	mkdirs(t, filepath.Join(base, "real"))
 	symlink(t, filepath.Join(base, "real"), filepath.Join(base, "link"))
-	if _, err := Harvest(filepath.Join(base, "link"), filepath.Join(base, "dst"), 1<<20); err == nil || !strings.Contains(err.Error(), filepath.Join(base, "link")) {
+	if _, err := Harvest(filepath.Join(base, "link"), filepath.Join(base, "dst"), roomy); err == nil || !strings.Contains(err.Error(), filepath.Join(base, "link")) {
 		t.Errorf("Harvest of a symlinked root: %v, want an error naming it", err)
 	}
-	_, err := Harvest(filepath.Join(base, "real"), filepath.Join(base, "dst"), 0)
+	_, err := Harvest(filepath.Join(base, "real"), filepath.Join(base, "dst"), HarvestCap{Bytes: 0, Entries: 0})
 	wantErr(t, err, ErrInvalid, "cap")
 }
 
 func TestHarvestSkipsSpecialFiles(t *testing.T) {
 	testenv.RequireRoot(t)
-	src := newTmpfs(t, 1<<20) // nodev, as in a real run: mknod works, open does not
+	src := newTmpfs(t, testSize) // nodev, as in a real run: mknod works, open does not
 	dst := filepath.Join(t.TempDir(), "dst")
 	if err := unix.Mkfifo(filepath.Join(src, "out", "fifo"), 0o644); err != nil {
 		t.Fatal(err)
@@ -160,7 +164,7 @@ func TestHarvestSkipsSpecialFiles(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(src, "out", "result.json"), "{}", 0o644)
 
-	rep, err := Harvest(src, dst, 1<<20)
+	rep, err := Harvest(src, dst, roomy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +196,7 @@ func TestHarvestCap(t *testing.T) {
 	writeFile(t, filepath.Join(src, "c", "sub", "f"), "x", 0o644)
 	symlink(t, "/etc", filepath.Join(src, "d-link"))
 
-	rep, err := Harvest(src, dst, 100)
+	rep, err := Harvest(src, dst, HarvestCap{Bytes: 100, Entries: roomy.Entries})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,9 +236,70 @@ func TestHarvestCap(t *testing.T) {
 	}
 }
 
+// TestHarvestEntryCap: the harvest counts entries as well as bytes, so a
+// tree of empty files (no bytes at all) stops at the entry cap, reported.
+func TestHarvestEntryCap(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	mkdirs(t, filepath.Join(src, "a"), filepath.Join(src, "c", "sub"))
+	writeFile(t, filepath.Join(src, "a", "1"), "", 0o644)
+	symlink(t, "/etc", filepath.Join(src, "b-link"))
+	writeFile(t, filepath.Join(src, "b0"), "", 0o644) // the fourth entry: over the cap of 3
+	writeFile(t, filepath.Join(src, "c", "sub", "f"), "", 0o644)
+
+	rep, err := Harvest(src, dst, HarvestCap{Bytes: roomy.Bytes, Entries: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.EntryCapReached || rep.CapReached || rep.Complete() {
+		t.Fatalf("report %+v, want the entry cap reached and a partial harvest", rep)
+	}
+	if rep.Dirs != 1 || rep.Files != 1 || len(rep.Symlinks) != 1 || rep.CapEntries != 3 {
+		t.Errorf("recorded %d dirs, %d files, %d symlinks (cap %d); want a, a/1 and b-link", rep.Dirs, rep.Files, len(rep.Symlinks), rep.CapEntries)
+	}
+	want := []Skipped{{Path: "b0", Reason: SkipOverEntryCap}, {Path: "c", Reason: SkipOverEntryCap}}
+	if len(rep.Skipped) != len(want) || rep.Skipped[0].Path != "b0" || rep.Skipped[1].Path != "c" ||
+		rep.Skipped[0].Reason != SkipOverEntryCap || rep.Skipped[1].Reason != SkipOverEntryCap {
+		t.Fatalf("skipped %+v, want %+v (a directory once, not visited)", rep.Skipped, want)
+	}
+	if !strings.Contains(rep.Skipped[0].Detail, "cap of 3 entries") {
+		t.Errorf("over-entry-cap detail %q does not give the cap", rep.Skipped[0].Detail)
+	}
+	for _, name := range []string{"b0", "c"} {
+		if _, err := os.Lstat(filepath.Join(dst, name)); !os.IsNotExist(err) {
+			t.Errorf("%s exists past the entry cap: %v", name, err)
+		}
+	}
+	b, _ := json.Marshal(rep)
+	for _, s := range []string{`"entry_cap_reached":true`, `"reason":"over-entry-cap"`, `"cap_entries":3`} {
+		if !strings.Contains(string(b), s) {
+			t.Errorf("report JSON %s lacks %s", b, s)
+		}
+	}
+}
+
+// TestHarvestSkippedListIsBounded: past a cap, entries are listed up to
+// MaxSkippedListed and counted after that, so the report stays small.
+func TestHarvestSkippedListIsBounded(t *testing.T) {
+	src := t.TempDir()
+	const n = MaxSkippedListed + 500
+	for i := range n {
+		writeFile(t, filepath.Join(src, fmt.Sprintf("f%05d", i)), "", 0o644)
+	}
+	rep, err := Harvest(src, t.TempDir(), HarvestCap{Bytes: roomy.Bytes, Entries: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Files != 10 || len(rep.Skipped) != MaxSkippedListed || rep.SkippedUnlisted != n-10-MaxSkippedListed {
+		t.Errorf("%d files, %d skipped listed, %d unlisted; want 10, %d, %d", rep.Files, len(rep.Skipped), rep.SkippedUnlisted, MaxSkippedListed, n-10-MaxSkippedListed)
+	}
+	if rep.Skipped[0].Path != "f00010" {
+		t.Errorf("first skipped %q, want f00010 (sorted walk)", rep.Skipped[0].Path)
+	}
+}
+
 func TestHarvestUnreadableIsReported(t *testing.T) {
 	testenv.RequireRoot(t)
-	src := newTmpfs(t, 1<<20)
+	src := newTmpfs(t, testSize)
 	dst := t.TempDir()
 	// A mount inside the harvested tree is not crossed (RESOLVE_NO_XDEV).
 	inner := filepath.Join(src, "out", "inner")
@@ -244,7 +309,7 @@ func TestHarvestUnreadableIsReported(t *testing.T) {
 	}
 	defer unix.Unmount(inner, unix.MNT_DETACH)
 	writeFile(t, filepath.Join(inner, "other-fs"), "x", 0o644)
-	rep, err := Harvest(src, dst, 1<<20)
+	rep, err := Harvest(src, dst, roomy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +328,7 @@ func TestHarvestDepthLimit(t *testing.T) {
 		deep = filepath.Join(deep, "d")
 	}
 	mkdirs(t, deep)
-	rep, err := Harvest(src, dst, 1<<20)
+	rep, err := Harvest(src, dst, roomy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +347,7 @@ func TestHarvestIsDeterministic(t *testing.T) {
 	}
 	var first []Skipped
 	for i := range 3 {
-		rep, err := Harvest(src, t.TempDir(), 25)
+		rep, err := Harvest(src, t.TempDir(), HarvestCap{Bytes: 25, Entries: roomy.Entries})
 		if err != nil {
 			t.Fatal(err)
 		}

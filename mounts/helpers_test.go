@@ -38,7 +38,7 @@ func sampleRender(workspace string, grants ...string) *render.Render {
 			{Path: render.ConfigDir + "/claude-settings.json", Mode: 0o644, Content: "{}"},
 			{Path: render.HomeDir + "/.claude.json", Mode: 0o600, Content: "{}"},
 		},
-		Limits: render.Limits{TmpfsBytes: 1 << 30},
+		Limits: render.Limits{TmpfsBytes: 1 << 30, TmpfsInodes: 1 << 16},
 	}
 	for _, g := range grants {
 		r.Mounts = append(r.Mounts, render.Mount{
@@ -46,8 +46,8 @@ func sampleRender(workspace string, grants ...string) *render.Render {
 		})
 	}
 	r.Mounts = append(r.Mounts,
-		render.Mount{Destination: render.RunDir, Kind: render.MountTmpfs, Options: []string{"nosuid", "nodev", "noexec", "mode=0700"}, SizeBytes: 64 << 20},
-		render.Mount{Destination: render.TmpDir, Kind: render.MountTmpfs, Options: []string{"nosuid", "nodev", "noexec", "mode=1777"}, SizeBytes: 32 << 20},
+		render.Mount{Destination: render.RunDir, Kind: render.MountTmpfs, Options: []string{"nosuid", "nodev", "noexec", "mode=0700"}, SizeBytes: 64 << 20, Inodes: 4096},
+		render.Mount{Destination: render.TmpDir, Kind: render.MountTmpfs, Options: []string{"nosuid", "nodev", "noexec", "mode=1777"}, SizeBytes: 32 << 20, Inodes: 2048},
 	)
 	return r
 }
@@ -60,7 +60,7 @@ func bindRO(dest, src string) Mount {
 }
 
 func tmpfsMount(dest string) Mount {
-	return Mount{Destination: dest, Type: TypeTmpfs, Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=1777", "size=1024"}, DestKind: KindDir}
+	return Mount{Destination: dest, Type: TypeTmpfs, Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=1777", "size=1024", "nr_inodes=64"}, DestKind: KindDir}
 }
 
 func destinations(ms []Mount) []string {

@@ -21,7 +21,7 @@ import (
 )
 
 // CreateWorkspaceStore mounts the workspace store at path: a tmpfs of
-// sizeBytes, mode 0700 and owned by root (only overlayfs, with the
+// size (bytes and inodes, as Create), mode 0700 and owned by root (only overlayfs, with the
 // runtime's credentials, works in it), nosuid, nodev, noexec, holding the
 // overlay's work directory and its upper directory. The upper directory's
 // owner and mode are what /workspace itself shows in the container, so it
@@ -29,9 +29,9 @@ import (
 // the workspace; below, the host tree's own permissions apply. path must
 // not exist or be an empty directory; a failure after the mount unmounts
 // again. Unmount removes the store.
-func CreateWorkspaceStore(path string, sizeBytes int64, uid, gid int) error {
-	if sizeBytes <= 0 {
-		return fmt.Errorf("%w: workspace store at %s needs a positive size, got %d bytes", ErrInvalid, path, sizeBytes)
+func CreateWorkspaceStore(path string, size TmpfsSize, uid, gid int) error {
+	if err := size.check("workspace store at " + path); err != nil {
+		return err
 	}
 	if err := os.Mkdir(path, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("creating the workspace store mountpoint: %w", err)
@@ -49,7 +49,7 @@ func CreateWorkspaceStore(path string, sizeBytes int64, uid, gid int) error {
 	if err := requireEmptyDir(path); err != nil {
 		return err
 	}
-	data := fmt.Sprintf("size=%d,mode=%04o,uid=0,gid=0", sizeBytes, runDirMode)
+	data := fmt.Sprintf("%s,mode=%04o,uid=0,gid=0", size.options(), runDirMode)
 	if err := unix.Mount("tmpfs", path, "tmpfs", tmpfsFlags, data); err != nil {
 		return fmt.Errorf("mounting the workspace store tmpfs at %s: %w", path, err)
 	}

@@ -228,11 +228,11 @@ func TestWorkspaceOverlayMount(t *testing.T) {
 	}
 	i := slices.IndexFunc(p.Mounts, func(m Mount) bool { return m.Type == TypeOverlay })
 	m := p.Mounts[i]
-	if err := CreateWorkspaceStore(host.WorkspaceStore, p.WorkspaceStoreBytes, 65532, 65532); err != nil {
+	if err := CreateWorkspaceStore(host.WorkspaceStore, p.WorkspaceStore, 65532, 65532); err != nil {
 		t.Fatal(err)
 	}
 	defer Unmount(host.WorkspaceStore)
-	if err := Create(host.RunDir, p.RunDirBytes, 65532, 65532); err != nil {
+	if err := Create(host.RunDir, p.RunDir, 65532, 65532); err != nil {
 		t.Fatal(err)
 	}
 	defer Unmount(host.RunDir)
@@ -302,8 +302,8 @@ func TestOverlayPlanAndShape(t *testing.T) {
 	m := p.Mounts[slices.IndexFunc(p.Mounts, func(m Mount) bool { return m.Destination == render.WorkspaceDir })]
 	wantOpts := []string{"nosuid", "nodev", "noexec", "redirect_dir=off", "metacopy=off", "index=off", "xino=off",
 		"lowerdir=/src/ws", "upperdir=" + hp.WorkspaceStore + "/upper", "workdir=" + hp.WorkspaceStore + "/work"}
-	if m.Type != TypeOverlay || m.Source != "overlay" || !slices.Equal(m.Options, wantOpts) || p.WorkspaceStoreBytes != r.Limits.TmpfsBytes {
-		t.Fatalf("overlay %+v (store %d bytes)", m, p.WorkspaceStoreBytes)
+	if m.Type != TypeOverlay || m.Source != "overlay" || !slices.Equal(m.Options, wantOpts) || p.WorkspaceStore != RunDirSize(r) {
+		t.Fatalf("overlay %+v (store %+v)", m, p.WorkspaceStore)
 	}
 	if _, err := MountPlan(r, HostPaths{ConfigDir: host.ConfigDir, RunDir: host.RunDir}, Features{}); err == nil {
 		t.Error("an overlay without a workspace store was planned")

@@ -51,15 +51,31 @@ func (m Mount) ReadOnly() bool { return slices.Contains(m.Options, "ro") }
 // Plan is the ordered list of mounts of a run, parents before children.
 type Plan struct {
 	Mounts []Mount `json:"mounts"`
-	// RunDirBytes is the size of the host tmpfs to Create at the run dir's
-	// host path.
-	RunDirBytes int64 `json:"run_dir_bytes"`
-	// WorkspaceStoreBytes is the size of the tmpfs to CreateWorkspaceStore
-	// at HostPaths.WorkspaceStore; 0 without a workspace overlay.
-	WorkspaceStoreBytes int64 `json:"workspace_store_bytes,omitempty"`
+	// RunDir is the size of the host tmpfs to Create at the run dir's host
+	// path.
+	RunDir TmpfsSize `json:"run_dir"`
+	// WorkspaceStore is the size of the tmpfs to CreateWorkspaceStore at
+	// HostPaths.WorkspaceStore; zero without a workspace overlay.
+	WorkspaceStore TmpfsSize `json:"workspace_store,omitzero"`
 	// Notes say what the plan could not do on this host (e.g. recursive
 	// read-only) and what it did instead.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// TmpfsSize is what a tmpfs may hold: Bytes of content (rounded up to
+// whole pages by the kernel) and Inodes, one per file, directory or
+// symlink, its root included (nr_inodes). A tmpfs without nr_inodes gets
+// half the host's RAM pages as inodes, and an empty file costs an inode but
+// none of the size: a 1Mi tmpfs could hold millions of them.
+type TmpfsSize struct {
+	Bytes  int64 `json:"bytes"`
+	Inodes int64 `json:"inodes"`
+}
+
+// RunDirSize is the size of r's run dir tmpfs (and of an overlay
+// workspace's store): the render's limits.
+func RunDirSize(r *render.Render) TmpfsSize {
+	return TmpfsSize{Bytes: r.Limits.TmpfsBytes, Inodes: r.Limits.TmpfsInodes}
 }
 
 // HostPaths are the host paths the launcher prepared for one run.
@@ -105,7 +121,8 @@ var (
 //
 // Render mounts map as follows: a read-only bind stays a bind of the same
 // source; the tmpfs at render.RunDir becomes a read-write bind of
-// host.RunDir; any other tmpfs is a container tmpfs of the render's size.
+// host.RunDir; any other tmpfs is a container tmpfs of the render's size and
+// inode limit.
 // The config dir mount is added when host.ConfigDir is set. A render option
 // the plan would not apply (anything but ro, nosuid, nodev, noexec and a
 // tmpfs mode=) is refused rather than dropped.
@@ -141,7 +158,7 @@ func MountPlan(r *render.Render, host HostPaths, feat Features) (Plan, error) {
 			if err != nil {
 				return Plan{}, err
 			}
-			p.WorkspaceStoreBytes = r.Limits.TmpfsBytes
+			p.WorkspaceStore = RunDirSize(r)
 			p.Mounts = append(p.Mounts, m)
 			p.Notes = append(p.Notes, "workspace "+rm.Source+" is a writable overlay; its changes stay in the workspace store and mounts under it are not visible in the container")
 		case rm.Kind == render.MountTmpfs && rm.Destination == render.RunDir:
@@ -151,18 +168,18 @@ func MountPlan(r *render.Render, host HostPaths, feat Features) (Plan, error) {
 			if host.RunDir == "" {
 				return Plan{}, fmt.Errorf("%w: no host path for the tmpfs run dir %s; Create a tmpfs and pass its path as HostPaths.RunDir", ErrInvalid, rm.Destination)
 			}
-			if rm.SizeBytes <= 0 {
-				return Plan{}, fmt.Errorf("%w: tmpfs run dir %s has no size; set limits.tmpfs", ErrInvalid, rm.Destination)
+			if rm.SizeBytes <= 0 || rm.Inodes <= 0 {
+				return Plan{}, fmt.Errorf("%w: tmpfs run dir %s has no size or no inode limit; recompile the spec (limits.tmpfs, limits.tmpfsInodes)", ErrInvalid, rm.Destination)
 			}
 			sawRunDir = true
-			p.RunDirBytes = rm.SizeBytes
+			p.RunDir = TmpfsSize{Bytes: rm.SizeBytes, Inodes: rm.Inodes}
 			p.Mounts = append(p.Mounts, Mount{
 				Destination: rm.Destination, Type: TypeBind, Source: host.RunDir,
 				Options: slices.Concat([]string{"bind", "rw"}, hardening), DestKind: KindDir,
 			})
 		case rm.Kind == render.MountTmpfs:
-			if rm.SizeBytes <= 0 {
-				return Plan{}, fmt.Errorf("%w: tmpfs at %s has no size; an unlimited tmpfs can take half the host's memory, set limits.tmpfs", ErrInvalid, rm.Destination)
+			if rm.SizeBytes <= 0 || rm.Inodes <= 0 {
+				return Plan{}, fmt.Errorf("%w: tmpfs at %s has no size or no inode limit; an unlimited tmpfs can take half the host's memory, recompile the spec (limits.tmpfs, limits.tmpfsInodes)", ErrInvalid, rm.Destination)
 			}
 			if mode < 0 {
 				mode = DefaultTmpMode
@@ -172,6 +189,7 @@ func MountPlan(r *render.Render, host HostPaths, feat Features) (Plan, error) {
 				Options: slices.Concat(hardening, []string{
 					"mode=" + fmt.Sprintf("%04o", mode),
 					"size=" + strconv.FormatInt(rm.SizeBytes, 10),
+					"nr_inodes=" + strconv.FormatInt(rm.Inodes, 10),
 				}),
 				DestKind: KindDir,
 			})

@@ -26,7 +26,7 @@ func TestMountPlanRecursive(t *testing.T) {
 		{Destination: "/run/hookbox", Type: "bind", Source: host.RunDir, DestKind: KindDir,
 			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", DestKind: KindDir,
-			Options: []string{"nosuid", "nodev", "noexec", "mode=1777", "size=33554432"}},
+			Options: []string{"nosuid", "nodev", "noexec", "mode=1777", "size=33554432", "nr_inodes=2048"}},
 		{Destination: "/workspace", Type: "bind", Source: "/src/ws", RecursiveReadOnly: true, DestKind: KindDir,
 			Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec", "rro", "rnosuid", "rnodev", "rnoexec"}},
 	}
@@ -38,8 +38,8 @@ func TestMountPlanRecursive(t *testing.T) {
 			t.Errorf("mount %d:\n got %+v\nwant %+v", i, p.Mounts[i], want[i])
 		}
 	}
-	if p.RunDirBytes != 64<<20 {
-		t.Errorf("RunDirBytes = %d, want %d", p.RunDirBytes, 64<<20)
+	if want := (TmpfsSize{Bytes: 64 << 20, Inodes: 4096}); p.RunDir != want {
+		t.Errorf("RunDir = %+v, want %+v", p.RunDir, want)
 	}
 	if len(p.Notes) != 1 || !strings.Contains(p.Notes[0], "recursive read-only applied") || !strings.Contains(p.Notes[0], "/workspace") {
 		t.Errorf("notes = %q, want one saying recursive read-only was applied to /workspace", p.Notes)
@@ -100,6 +100,8 @@ func TestMountPlanErrors(t *testing.T) {
 		{"bad mode", func(r *render.Render, h *HostPaths) { r.Mounts[len(r.Mounts)-1].Options = []string{"mode=999"} }, ErrInvalid, []string{"/tmp", "mode=999"}},
 		{"run dir mode", func(r *render.Render, h *HostPaths) { r.Mounts[1].Options = []string{"mode=0755"} }, ErrInvalid, []string{"/run/hookbox", "0700"}},
 		{"unsized tmp", func(r *render.Render, h *HostPaths) { r.Mounts[len(r.Mounts)-1].SizeBytes = 0 }, ErrInvalid, []string{"/tmp", "size"}},
+		{"tmp without an inode limit", func(r *render.Render, h *HostPaths) { r.Mounts[len(r.Mounts)-1].Inodes = 0 }, ErrInvalid, []string{"/tmp", "inode limit"}},
+		{"run dir without an inode limit", func(r *render.Render, h *HostPaths) { r.Mounts[1].Inodes = 0 }, ErrInvalid, []string{"/run/hookbox", "inode limit"}},
 		{"unknown kind", func(r *render.Render, h *HostPaths) { r.Mounts[0].Kind = "overlay" }, ErrInvalid, []string{"/workspace", "overlay"}},
 		{"destination under /proc", func(r *render.Render, h *HostPaths) { r.Mounts[0].Destination = "/proc/sys" }, ErrForbiddenDestination, []string{"/proc/sys"}},
 		{"duplicate destination", func(r *render.Render, h *HostPaths) { r.Mounts[0].Destination = render.TmpDir }, ErrDuplicate, []string{"/tmp"}},
@@ -157,6 +159,8 @@ func TestValidateShape(t *testing.T) {
 		{"missing noexec", []Mount{{Destination: "/workspace", Type: TypeBind, Source: "/src/ws", Options: []string{"bind", "ro", "nosuid", "nodev"}, DestKind: KindDir}}, ErrInvalid, []string{"/workspace", "noexec"}},
 		{"rbind without rro", []Mount{{Destination: "/workspace", Type: TypeBind, Source: "/src/ws", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}, DestKind: KindDir}}, ErrInvalid, []string{"/workspace", "writable"}},
 		{"unsized tmpfs", []Mount{{Destination: "/tmp", Type: TypeTmpfs, Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec"}, DestKind: KindDir}}, ErrInvalid, []string{"/tmp", "size="}},
+		{"tmpfs without nr_inodes", []Mount{{Destination: "/tmp", Type: TypeTmpfs, Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "size=1024"}, DestKind: KindDir}}, ErrInvalid, []string{"/tmp", "nr_inodes="}},
+		{"tmpfs with nr_inodes=0", []Mount{{Destination: "/tmp", Type: TypeTmpfs, Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "size=1024", "nr_inodes=0"}, DestKind: KindDir}}, ErrInvalid, []string{"/tmp", "nr_inodes=0"}},
 		{"tmpfs on a file", []Mount{{Destination: "/tmp", Type: TypeTmpfs, Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "size=1"}, DestKind: KindFile}}, ErrKindMismatch, []string{"/tmp"}},
 		{"unknown type", []Mount{{Destination: "/x", Type: "overlay", Options: []string{"nosuid", "nodev", "noexec"}, DestKind: KindDir}}, ErrInvalid, []string{"/x", "overlay"}},
 	}

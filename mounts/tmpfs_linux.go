@@ -26,9 +26,10 @@ var runSubdirs = []string{
 	strings.TrimPrefix(render.OutDir, render.RunDir+"/"),
 }
 
-// Create mounts the run's tmpfs at path on the host: size sizeBytes
-// (rounded up to whole pages by the kernel), mode 0700, owned by uid:gid,
-// nosuid, nodev, noexec; then creates the home and out directories
+// Create mounts the run's tmpfs at path on the host: size.Bytes (rounded
+// up to whole pages by the kernel) and size.Inodes (nr_inodes: creating
+// more files fails with ENOSPC), mode 0700, owned by uid:gid, nosuid,
+// nodev, noexec; then creates the home and out directories
 // (render.HomeDir, render.OutDir) owned by uid:gid, mode 0700. Missing
 // parents of path are created 0700.
 //
@@ -38,9 +39,9 @@ var runSubdirs = []string{
 // (mounting over it would hide files Unmount could not then remove) or a
 // symlink at path. If a step after the mount fails, Create unmounts again.
 // Needs CAP_SYS_ADMIN.
-func Create(path string, sizeBytes int64, uid, gid int) error {
-	if sizeBytes <= 0 {
-		return fmt.Errorf("%w: tmpfs at %s needs a positive size, got %d bytes", ErrInvalid, path, sizeBytes)
+func Create(path string, size TmpfsSize, uid, gid int) error {
+	if err := size.check("tmpfs at " + path); err != nil {
+		return err
 	}
 	if uid < 0 || gid < 0 {
 		return fmt.Errorf("%w: tmpfs at %s needs a non-negative owner, got %d:%d", ErrInvalid, path, uid, gid)
@@ -75,7 +76,7 @@ func Create(path string, sizeBytes int64, uid, gid int) error {
 		return err
 	}
 	if e != nil {
-		if why := differsFrom(e, sizeBytes, uid, gid); why != "" {
+		if why := differsFrom(e, size, uid, gid); why != "" {
 			return fmt.Errorf("%w: %s is already mounted (%s %s, %s); Unmount it or choose another path", ErrMountConflict, p, e.FSType, strings.Join(e.SuperOptions, ","), why)
 		}
 		return makeRunSubdirs(p, uid, gid)
@@ -83,7 +84,7 @@ func Create(path string, sizeBytes int64, uid, gid int) error {
 	if err := requireEmptyDir(p); err != nil {
 		return err
 	}
-	data := fmt.Sprintf("size=%d,mode=%04o,uid=%d,gid=%d", sizeBytes, runDirMode, uid, gid)
+	data := fmt.Sprintf("%s,mode=%04o,uid=%d,gid=%d", size.options(), runDirMode, uid, gid)
 	if err := unix.Mount("tmpfs", p, "tmpfs", tmpfsFlags, data); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			return fmt.Errorf("mounting tmpfs at %s: %w (needs root or CAP_SYS_ADMIN)", p, err)
@@ -99,9 +100,22 @@ func Create(path string, sizeBytes int64, uid, gid int) error {
 	return nil
 }
 
+// check refuses a size Create or CreateWorkspaceStore cannot mount.
+func (s TmpfsSize) check(what string) error {
+	if s.Bytes <= 0 || s.Inodes <= 0 {
+		return fmt.Errorf("%w: %s needs a positive size and inode limit, got %d bytes and %d inodes", ErrInvalid, what, s.Bytes, s.Inodes)
+	}
+	return nil
+}
+
+// options are s as tmpfs mount data.
+func (s TmpfsSize) options() string {
+	return fmt.Sprintf("size=%d,nr_inodes=%d", s.Bytes, s.Inodes)
+}
+
 // differsFrom says how mount e differs from the tmpfs Create would make,
 // or "" when it is the same.
-func differsFrom(e *hostfacts.Mount, sizeBytes int64, uid, gid int) string {
+func differsFrom(e *hostfacts.Mount, size TmpfsSize, uid, gid int) string {
 	if e.FSType != "tmpfs" {
 		return "not a tmpfs"
 	}
@@ -117,8 +131,11 @@ func differsFrom(e *hostfacts.Mount, sizeBytes int64, uid, gid int) string {
 		}
 	}
 	page := int64(os.Getpagesize())
-	if want := (sizeBytes + page - 1) / page * page; parseSize(opts["size"]) != want {
+	if want := (size.Bytes + page - 1) / page * page; parseSize(opts["size"]) != want {
 		return fmt.Sprintf("size %s, want %d bytes", opts["size"], want)
+	}
+	if got := inodesOption(opts["nr_inodes"]); got != size.Inodes {
+		return fmt.Sprintf("nr_inodes %d, want %d", got, size.Inodes)
 	}
 	if mode, err := strconv.ParseUint(opts["mode"], 8, 32); err != nil || mode != runDirMode {
 		return "mode " + opts["mode"] + ", want 700"
@@ -146,6 +163,20 @@ func parseSize(s string) int64 {
 		return -1
 	}
 	return n * mult
+}
+
+// inodesOption reads a tmpfs nr_inodes= value as mountinfo shows it: the
+// kernel omits it when it is its default, half the RAM pages
+// (shmem_default_max_inodes on a 64-bit kernel). -1 if unknown.
+func inodesOption(s string) int64 {
+	if s == "" {
+		var si unix.Sysinfo_t
+		if err := unix.Sysinfo(&si); err != nil {
+			return -1
+		}
+		return int64(si.Totalram) * int64(si.Unit) / int64(os.Getpagesize()) / 2
+	}
+	return parseSize(s)
 }
 
 func requireEmptyDir(p string) error {

@@ -16,8 +16,11 @@ import (
 
 const testUID, testGID = 65532, 65532
 
+// testSize is the run tmpfs most tests make.
+var testSize = TmpfsSize{Bytes: 1 << 20, Inodes: 4096}
+
 // newTmpfs creates a run tmpfs under a temp dir and unmounts it at the end.
-func newTmpfs(t *testing.T, size int64) string {
+func newTmpfs(t *testing.T, size TmpfsSize) string {
 	t.Helper()
 	testenv.RequireRoot(t)
 	p := filepath.Join(t.TempDir(), "run", "tmpfs")
@@ -33,7 +36,7 @@ func newTmpfs(t *testing.T, size int64) string {
 }
 
 func TestCreate(t *testing.T) {
-	const size = 1 << 20
+	size := testSize
 	p := newTmpfs(t, size)
 
 	var sfs unix.Statfs_t
@@ -43,8 +46,11 @@ func TestCreate(t *testing.T) {
 	if sfs.Type != unix.TMPFS_MAGIC {
 		t.Errorf("filesystem type %#x, want tmpfs", sfs.Type)
 	}
-	if got := int64(sfs.Blocks) * sfs.Bsize; got != size {
-		t.Errorf("size %d, want %d", got, size)
+	if got := int64(sfs.Blocks) * sfs.Bsize; got != size.Bytes {
+		t.Errorf("size %d, want %d", got, size.Bytes)
+	}
+	if int64(sfs.Files) != size.Inodes {
+		t.Errorf("%d inodes, want %d", sfs.Files, size.Inodes)
 	}
 	for _, f := range []int64{unix.ST_NOSUID, unix.ST_NODEV, unix.ST_NOEXEC} {
 		if sfs.Flags&f == 0 {
@@ -61,7 +67,7 @@ func TestCreate(t *testing.T) {
 			t.Errorf("mount options %v lack %s", e.Options, o)
 		}
 	}
-	for _, o := range []string{"size=1024k", "mode=700", "uid=65532", "gid=65532"} {
+	for _, o := range []string{"size=1024k", "nr_inodes=4096", "mode=700", "uid=65532", "gid=65532"} {
 		if !slices.Contains(e.SuperOptions, o) {
 			t.Errorf("tmpfs options %v lack %s", e.SuperOptions, o)
 		}
@@ -82,11 +88,11 @@ func TestCreate(t *testing.T) {
 }
 
 func TestCreateIsIdempotent(t *testing.T) {
-	p := newTmpfs(t, 1<<20)
+	p := newTmpfs(t, testSize)
 	if err := os.Remove(filepath.Join(p, "out")); err != nil {
 		t.Fatal(err)
 	}
-	if err := Create(p, 1<<20, testUID, testGID); err != nil {
+	if err := Create(p, testSize, testUID, testGID); err != nil {
 		t.Fatalf("second Create with the same options: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(p, "out")); err != nil {
@@ -105,10 +111,12 @@ func TestCreateIsIdempotent(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d mounts at %s, want 1", n, p)
 	}
-	err = Create(p, 2<<20, testUID, testGID)
+	err = Create(p, TmpfsSize{Bytes: 2 << 20, Inodes: testSize.Inodes}, testUID, testGID)
 	wantErr(t, err, ErrMountConflict, p, "already mounted", "Unmount")
-	err = Create(p, 1<<20, 1000, 1000)
+	err = Create(p, testSize, 1000, 1000)
 	wantErr(t, err, ErrMountConflict, p, "owner")
+	err = Create(p, TmpfsSize{Bytes: testSize.Bytes, Inodes: 2 * testSize.Inodes}, testUID, testGID)
+	wantErr(t, err, ErrMountConflict, p, "nr_inodes 4096, want 8192")
 }
 
 func TestCreateRefuses(t *testing.T) {
@@ -117,17 +125,18 @@ func TestCreateRefuses(t *testing.T) {
 	full := filepath.Join(base, "full")
 	mkdirs(t, full)
 	writeFile(t, filepath.Join(full, "left-over"), "x", 0o600)
-	wantErr(t, Create(full, 1<<20, 0, 0), ErrMountConflict, full, "not empty")
+	wantErr(t, Create(full, testSize, 0, 0), ErrMountConflict, full, "not empty")
 	symlink(t, full, filepath.Join(base, "link"))
-	wantErr(t, Create(filepath.Join(base, "link"), 1<<20, 0, 0), ErrEscapes, filepath.Join(base, "link"), "symlink")
-	wantErr(t, Create(filepath.Join(base, "x"), 0, 0, 0), ErrInvalid, "positive size")
+	wantErr(t, Create(filepath.Join(base, "link"), testSize, 0, 0), ErrEscapes, filepath.Join(base, "link"), "symlink")
+	wantErr(t, Create(filepath.Join(base, "x"), TmpfsSize{}, 0, 0), ErrInvalid, "positive size")
+	wantErr(t, Create(filepath.Join(base, "x"), TmpfsSize{Bytes: 1 << 20}, 0, 0), ErrInvalid, "inode limit")
 	if ok, _ := IsMounted(full); ok {
 		t.Error("a refused Create left a mount behind")
 	}
 }
 
 func TestSeed(t *testing.T) {
-	p := newTmpfs(t, 1<<20)
+	p := newTmpfs(t, testSize)
 	files := []render.File{
 		{Path: render.HomeDir + "/.claude/settings.json", Mode: 0o644, Content: `{"a":1}`},
 		{Path: render.RunDir + "/hooks/run.sh", Mode: 0o4755, Content: "echo hi\n"},
@@ -180,7 +189,7 @@ func TestSeed(t *testing.T) {
 }
 
 func TestSeedRefusesEscapes(t *testing.T) {
-	p := newTmpfs(t, 1<<20)
+	p := newTmpfs(t, testSize)
 	outside := t.TempDir()
 	symlink(t, outside, filepath.Join(p, "home", "link"))
 	symlink(t, filepath.Join(outside, "f"), filepath.Join(p, "out", "f"))
@@ -203,7 +212,7 @@ func TestSeedRefusesEscapes(t *testing.T) {
 }
 
 func TestTmpfsIsFull(t *testing.T) {
-	p := newTmpfs(t, 64<<10)
+	p := newTmpfs(t, TmpfsSize{Bytes: 64 << 10, Inodes: 4096})
 	err := os.WriteFile(filepath.Join(p, "out", "big"), make([]byte, 128<<10), 0o600)
 	if !errors.Is(err, unix.ENOSPC) {
 		t.Fatalf("writing 128 KiB into a 64 KiB tmpfs: %v, want ENOSPC", err)
@@ -213,7 +222,7 @@ func TestTmpfsIsFull(t *testing.T) {
 func TestUnmountIsRetrySafe(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := filepath.Join(t.TempDir(), "tmpfs")
-	if err := Create(p, 1<<20, testUID, testGID); err != nil {
+	if err := Create(p, testSize, testUID, testGID); err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(p, "out", "f"), "x", 0o600)
@@ -257,7 +266,7 @@ func TestUnmountNeverMounted(t *testing.T) {
 func TestUnmountBusyIsLazy(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := filepath.Join(t.TempDir(), "tmpfs")
-	if err := Create(p, 1<<20, testUID, testGID); err != nil {
+	if err := Create(p, testSize, testUID, testGID); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Create(filepath.Join(p, "out", "open"))
@@ -291,7 +300,7 @@ func TestUnmountRefusesOtherFilesystems(t *testing.T) {
 }
 
 func TestIsMountedResolvesParentSymlinks(t *testing.T) {
-	p := newTmpfs(t, 1<<20)
+	p := newTmpfs(t, testSize)
 	link := filepath.Join(t.TempDir(), "link")
 	symlink(t, filepath.Dir(p), link)
 	if ok, err := IsMounted(filepath.Join(link, filepath.Base(p))); err != nil || !ok {

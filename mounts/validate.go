@@ -92,7 +92,8 @@ func checkDestination(d string) error {
 }
 
 // checkOptions checks a mount's type, source and options against what the
-// plan promises: hardened, read-only except the run dir, sized tmpfs.
+// plan promises: hardened, read-only except the run dir, tmpfs limited in
+// size and inodes.
 func checkOptions(m Mount) []error {
 	var errs []error
 	bad := func(sentinel error, format string, args ...any) {
@@ -135,6 +136,11 @@ func checkOptions(m Mount) []error {
 			bad(ErrInvalid, "tmpfs at %s has no size= option; an unlimited tmpfs can take half the host's memory", m.Destination)
 		} else if n, err := strconv.ParseInt(size, 10, 64); err != nil || n <= 0 {
 			bad(ErrInvalid, "tmpfs at %s has size=%s; give a positive number of bytes", m.Destination, size)
+		}
+		if inodes, ok := optionValue(m.Options, "nr_inodes"); !ok {
+			bad(ErrInvalid, "tmpfs at %s has no nr_inodes= option; without one it holds as many empty files as half the host's RAM pages", m.Destination)
+		} else if n, err := strconv.ParseInt(inodes, 10, 64); err != nil || n <= 0 {
+			bad(ErrInvalid, "tmpfs at %s has nr_inodes=%s; give a positive number", m.Destination, inodes)
 		}
 	case TypeOverlay:
 		errs = append(errs, checkOverlay(m)...)

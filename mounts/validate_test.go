@@ -106,7 +106,7 @@ func TestValidatePlannedRun(t *testing.T) {
 	}
 	err = Validate(p)
 	wantErr(t, err, ErrMissingSource, run) // before Create
-	if err := Create(run, p.RunDirBytes, 65532, 65532); err != nil {
+	if err := Create(run, p.RunDir, 65532, 65532); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = Unmount(run) })

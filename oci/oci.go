@@ -87,6 +87,7 @@ func Options(r *render.Render, l Launch) []ctroci.SpecOpts {
 		withCgroup(r, l),
 		WithNofile(NofileLimit),
 		WithNoexecDev(),
+		WithShmInodes(),
 		ctroci.WithoutRunMount,
 		WithPlannedMounts(l.Mounts),
 		ctroci.WithAnnotations(map[string]string{

@@ -145,12 +145,16 @@ func TestNofile(t *testing.T) {
 	}
 }
 
-func TestNoexecDevAndNoRunMount(t *testing.T) {
+func TestDevMountsAndNoRunMount(t *testing.T) {
 	s := withOnly(t, WithNoexecDev())
 	for _, m := range s.Mounts {
 		if m.Destination == "/dev" && !slices.Contains(m.Options, "noexec") {
 			t.Errorf("/dev must be noexec: %q", m.Options)
 		}
+	}
+	s = withOnly(t, WithShmInodes())
+	if i := slices.IndexFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == "/dev/shm" }); i < 0 || !slices.Contains(s.Mounts[i].Options, "nr_inodes=4096") {
+		t.Errorf("/dev/shm must have an inode limit: %+v", s.Mounts)
 	}
 	s = withOnly(t, ctroci.WithoutRunMount)
 	for _, m := range s.Mounts {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -196,6 +197,26 @@ func WithNoexecDev() specOpt {
 		for i := range s.Mounts {
 			if s.Mounts[i].Destination == "/dev" && !slices.Contains(s.Mounts[i].Options, "noexec") {
 				s.Mounts[i].Options = append(s.Mounts[i].Options, "noexec")
+			}
+		}
+		return nil
+	}
+}
+
+// ShmInodes is the inode limit of the container's /dev/shm: containerd's
+// default makes it a 64 MiB tmpfs with the kernel's default inode count
+// (half the host's RAM pages), so empty files, which take none of its
+// size, could pile up in host kernel memory. 4096 is what the run dir gets
+// for that size (one inode per 16 KiB, at least 4096).
+const ShmInodes = 4096
+
+// WithShmInodes adds nr_inodes=ShmInodes to the /dev/shm tmpfs of the
+// default spec.
+func WithShmInodes() specOpt {
+	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+		for i := range s.Mounts {
+			if s.Mounts[i].Destination == "/dev/shm" && s.Mounts[i].Type == "tmpfs" {
+				s.Mounts[i].Options = append(s.Mounts[i].Options, "nr_inodes="+strconv.Itoa(ShmInodes))
 			}
 		}
 		return nil

@@ -298,6 +298,10 @@ type Mount struct {
 	ReadOnly    bool     `json:"read_only"`
 	Options     []string `json:"options,omitempty"`
 	SizeBytes   int64    `json:"size_bytes,omitempty"`
+	// Inodes is a tmpfs's nr_inodes: how many files, directories and
+	// symlinks it holds (its root included). 0 in renders from before it
+	// existed: the kernel's default.
+	Inodes int64 `json:"inodes,omitempty"`
 }
 
 // Limits are resource limits and watchdog timeouts. Zero means "none".
@@ -309,6 +313,12 @@ type Limits struct {
 	Pids          int64 `json:"pids"`
 	MilliCPUs     int64 `json:"milli_cpus,omitempty"`
 	TmpfsBytes    int64 `json:"tmpfs_bytes"`
+	// TmpfsInodes is the inode limit of each tmpfs (the mounts' Inodes) and
+	// the entry cap of the run dir's harvest.
+	TmpfsInodes int64 `json:"tmpfs_inodes,omitempty"`
+	// OutputBytes caps the engine's stdout and, separately, its stderr as
+	// recorded and streamed; the rest is read and dropped.
+	OutputBytes int64 `json:"output_bytes,omitempty"`
 }
 
 // TraceMode is what the exec tracer does during a run.

@@ -117,6 +117,9 @@ func (r *Render) Text(d Digests) string {
 		src := m.Source
 		if m.Kind == MountTmpfs {
 			src = fmt.Sprintf("tmpfs %s", formatBytes(m.SizeBytes))
+			if m.Inodes > 0 {
+				src += fmt.Sprintf(" %d inodes", m.Inodes)
+			}
 		}
 		line("    %-24s %s %s %s", m.Destination, mode, src, strings.Join(m.Options, ","))
 	}
@@ -131,6 +134,9 @@ func (r *Render) Text(d Digests) string {
 	limits += fmt.Sprintf("  memory %s  pids %d", formatBytes(l.MemoryBytes), l.Pids)
 	if l.MilliCPUs > 0 {
 		limits += fmt.Sprintf("  cpus %dm", l.MilliCPUs)
+	}
+	if l.OutputBytes > 0 {
+		limits += fmt.Sprintf("  output %s per stream", formatBytes(l.OutputBytes))
 	}
 	line("  limits   %s", limits)
 	if r.Egress == nil {

@@ -45,8 +45,9 @@
 //
 // What the cluster does not reproduce is written to the Job's annotation
 // hookbox.dev/not-reproduced (pids limit, liveness watchdogs, noexec
-// scratch, artifact harvest, hook launch slots, where the engine can reach
-// an allowlist's ports without the proxy) and documented in the README.
+// scratch and its inode limit, the output cap, artifact harvest, hook
+// launch slots, where the engine can reach an allowlist's ports without
+// the proxy) and documented in the README.
 //
 // Names: the Job, its ConfigMap and NetworkPolicy are named
 // <spawn>-<first 12 hex digits of the render digest>, so a changed render

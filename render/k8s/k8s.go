@@ -358,6 +358,12 @@ func notReproduced(r *render.Render, cilium bool) []string {
 		notes = append(notes, "first-output and idle watchdogs (only activeDeadlineSeconds applies)")
 	}
 	notes = append(notes, "noexec on "+render.RunDir+" and "+render.TmpDir+" (emptyDir mounts allow exec)")
+	if r.Limits.TmpfsInodes > 0 {
+		notes = append(notes, fmt.Sprintf("inode limit %d on %s and %s (an emptyDir has a sizeLimit only)", r.Limits.TmpfsInodes, render.RunDir, render.TmpDir))
+	}
+	if r.Limits.OutputBytes > 0 {
+		notes = append(notes, fmt.Sprintf("output cap %d bytes per stream (the kubelet's containerLogMaxSize rotation applies instead)", r.Limits.OutputBytes))
+	}
 	if len(r.Artifacts) > 0 {
 		notes = append(notes, "artifact harvest (the run dir ends with the pod)")
 	}

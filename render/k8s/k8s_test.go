@@ -250,6 +250,23 @@ func TestBuildLimitsAndIdentity(t *testing.T) {
 	}
 }
 
+// TestInodeAndOutputLimitsAreNotReproduced: an emptyDir has no inode limit
+// and the kubelet has no output cap, so the Job says so.
+func TestInodeAndOutputLimitsAreNotReproduced(t *testing.T) {
+	r := testRender()
+	r.Limits.TmpfsInodes, r.Limits.OutputBytes = 4096, 1<<20
+	o, err := Build(r, goldenOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := o.Job.Annotations[AnnotationNotReproduced]
+	for _, want := range []string{"inode limit 4096 on /run/hookbox and /tmp", "output cap 1048576 bytes per stream"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("not-reproduced %q lacks %q", note, want)
+		}
+	}
+}
+
 func TestBuildRefusals(t *testing.T) {
 	cases := []struct {
 		name   string
