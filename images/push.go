@@ -27,6 +27,19 @@ type PushOptions struct {
 	Progress func(ref string, done, total int64)
 }
 
+// CheckRepository refuses what Push cannot push to: repo must be
+// REGISTRY[:PORT][/PATH], with no tag or digest.
+func CheckRepository(repo string) error {
+	repo = strings.TrimSuffix(repo, "/")
+	if repo == "" {
+		return fmt.Errorf("images: --push needs a registry repository, REGISTRY[:PORT][/PATH]")
+	}
+	if _, err := name.NewRepository(repo+"/"+string(KindBase), name.StrictValidation); err != nil {
+		return fmt.Errorf("images: --push %q: give a registry repository, REGISTRY[:PORT][/PATH] (no tag or digest)", repo)
+	}
+	return nil
+}
+
 // Push uploads every image of s to the registry repository repo
 // (REGISTRY/PATH, e.g. registry.example/hookbox) as repo/<kind>:<tag>, with
 // go-containerregistry's remote package reading the Set's OCI layout:
@@ -38,11 +51,8 @@ type PushOptions struct {
 // over plain HTTP, any other over HTTPS.
 func Push(ctx context.Context, s *Set, repo string, o PushOptions) ([]string, error) {
 	repo = strings.TrimSuffix(repo, "/")
-	if repo == "" {
-		return nil, fmt.Errorf("images: --push needs a registry repository, REGISTRY[:PORT]/PATH")
-	}
-	if _, err := name.NewRepository(repo + "/" + string(KindBase)); err != nil {
-		return nil, fmt.Errorf("images: --push %q: give a registry repository, REGISTRY[:PORT]/PATH (no tag or digest): %w", repo, err)
+	if err := CheckRepository(repo); err != nil {
+		return nil, err
 	}
 	index, err := layout.ImageIndexFromPath(s.Dir())
 	if err != nil {

@@ -422,8 +422,8 @@ func TestPushPullSameDigest(t *testing.T) {
 	if err != nil || !slices.Equal(again, refs) {
 		t.Errorf("second push: %v %v", again, err)
 	}
-	for _, bad := range []string{"", "Registry/UPPER", repo + ":tag"} {
-		if _, err := Push(context.Background(), s, bad, PushOptions{}); err == nil || !strings.Contains(err.Error(), "REGISTRY[:PORT]/PATH") {
+	for _, bad := range []string{"", "Registry/UPPER", repo + ":tag", "team/hookbox"} {
+		if _, err := Push(context.Background(), s, bad, PushOptions{}); err == nil || !strings.Contains(err.Error(), "REGISTRY[:PORT][/PATH]") {
 			t.Errorf("--push %q: %v", bad, err)
 		}
 	}
