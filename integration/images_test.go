@@ -132,6 +132,29 @@ func TestImageBuildImportsIntoNamespace(t *testing.T) {
 		}
 	})
 
+	// The program images run as containers of their own, as the image's
+	// user (65532): hookbox-seed at its absolute path into a run dir it
+	// may write, as the Job's emptyDir is; hookbox found on the image's
+	// PATH.
+	for i, c := range []struct {
+		image string
+		argv  []string
+		want  string
+	}{
+		{built[2].Name, []string{images.SeedProgramPath, "mkdir", "0700", "/run/hookbox/home", "/run/hookbox/home/x"}, ""},
+		{built[2].Name, []string{images.SeedProgramPath, "install", "0600", "/missing", "/x"}, "hookbox-seed: open /missing: no such file or directory"},
+		{built[3].Name, []string{"hookbox", "version"}, "hookbox "},
+	} {
+		id := fmt.Sprintf("hookbox-it-images-%d-%d", os.Getpid(), i)
+		args := append([]string{"--address", containerdAddress(), "-n", ns, "run", "--rm",
+			"--mount", "type=tmpfs,src=tmpfs,dst=/run/hookbox,options=rw:nosuid:nodev:mode=1777", c.image, id}, c.argv...)
+		out, err := exec.Command("ctr", args...).CombinedOutput()
+		failed := c.want != "" && strings.HasPrefix(c.want, "hookbox-seed:")
+		if (err != nil) != failed || !strings.Contains(string(out), c.want) {
+			t.Errorf("%s %q: %v\n%s", c.image, c.argv, err, out)
+		}
+	}
+
 	again := imageBuild(t, e, "--namespace", ns, spec)
 	if !slices.Equal(again, built) {
 		t.Errorf("second build: %+v, first %+v", again, built)
