@@ -2,6 +2,7 @@ package images
 
 import (
 	"archive/tar"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -42,8 +43,9 @@ var errContentChanged = errors.New("content differs from its manifest entry")
 // order given (each parent directory before its children). A header is USTAR
 // when it fits, else PAX (a name over 100 bytes, a file over 8 GiB), the
 // first of the formats archive/tar documents choosing. progress, when set,
-// gets the content bytes written so far after each file.
-func writeLayer(w io.Writer, entries []streamEntry, mtime time.Time, progress func(int64)) error {
+// gets the content bytes written so far after each file. A cancelled ctx
+// stops it before the next file.
+func writeLayer(ctx context.Context, w io.Writer, entries []streamEntry, mtime time.Time, progress func(int64)) error {
 	tw := tar.NewWriter(w)
 	dirs := map[string]bool{"/": true}
 	var written int64
@@ -74,6 +76,9 @@ func writeLayer(w io.Writer, entries []streamEntry, mtime time.Time, progress fu
 		}
 		if e.typ != File {
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("images: writing the layer: %w", err)
 		}
 		if err := copyChecked(tw, e); err != nil {
 			return err

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -62,7 +63,7 @@ func ProxyHostPath() (string, error) {
 // mtime SourceDateEpoch, config user 65532:65532 with PATH, no entrypoint
 // (the Job gives argv). The digest follows from the program's bytes. A
 // dynamically linked program is refused: the image has no libraries.
-func (s *Set) AddProgram(kind Kind, hostPath string) (*Built, error) {
+func (s *Set) AddProgram(ctx context.Context, kind Kind, hostPath string) (*Built, error) {
 	var at string
 	switch kind {
 	case KindSeed:
@@ -95,7 +96,7 @@ func (s *Set) AddProgram(kind Kind, hostPath string) (*Built, error) {
 	}
 	entries = append(entries, streamEntry{path: at, typ: File, mode: 0o555, size: size, sha256: sum,
 		open: func() (io.ReadCloser, error) { return os.Open(hostPath) }})
-	layer, err := s.writeLayer(entries, ModTime(), nil)
+	layer, err := s.writeLayer(ctx, entries, ModTime(), nil)
 	if err != nil {
 		return nil, err
 	}

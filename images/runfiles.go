@@ -1,6 +1,7 @@
 package images
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -34,7 +35,7 @@ const RunfilesLabel = "dev.hookbox.runfiles"
 // content is not its manifest entry's (size and sha256) fails the build;
 // hookbox render --runfiles repairs the tree. progress, when set, gets the
 // bytes written and the total after each file.
-func (s *Set) AddRunfiles(manifest []render.Runfile, treeDir string, progress func(done, total int64)) (*Built, error) {
+func (s *Set) AddRunfiles(ctx context.Context, manifest []render.Runfile, treeDir string, progress func(done, total int64)) (*Built, error) {
 	if len(manifest) == 0 {
 		return nil, fmt.Errorf("images: the render has no runfiles manifest: assemble it first (hookbox render --runfiles)")
 	}
@@ -66,7 +67,7 @@ func (s *Set) AddRunfiles(manifest []render.Runfile, treeDir string, progress fu
 	if progress != nil {
 		layerProgress = func(done int64) { progress(done, total) }
 	}
-	layer, err := s.writeLayer(entries, runfiles.TreeModTime(), layerProgress)
+	layer, err := s.writeLayer(ctx, entries, runfiles.TreeModTime(), layerProgress)
 	if err != nil {
 		return nil, fmt.Errorf("%w (runfiles tree %s)", err, treeDir)
 	}

@@ -2,6 +2,7 @@ package images
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -193,7 +194,7 @@ func (s *Set) writeBlob(d digest.Digest, data []byte) error {
 
 // writeLayer streams entries into a new layer blob, hashing it on the way
 // (one pass over the files), and returns its descriptor.
-func (s *Set) writeLayer(entries []streamEntry, mtime time.Time, progress func(int64)) (ocispec.Descriptor, error) {
+func (s *Set) writeLayer(ctx context.Context, entries []streamEntry, mtime time.Time, progress func(int64)) (ocispec.Descriptor, error) {
 	tmp, err := os.CreateTemp(s.dir, "layer-")
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("images: %w", err)
@@ -201,7 +202,7 @@ func (s *Set) writeLayer(entries []streamEntry, mtime time.Time, progress func(i
 	defer os.Remove(tmp.Name()) // gone after the rename
 	h := sha256.New()
 	counted := &countingWriter{w: io.MultiWriter(tmp, h)}
-	err = writeLayer(counted, entries, mtime, progress)
+	err = writeLayer(ctx, counted, entries, mtime, progress)
 	if closeErr := tmp.Close(); err == nil {
 		err = closeErr
 	}
@@ -268,7 +269,7 @@ func (s *Set) WriteLayoutTar(w io.Writer) error {
 		entries = append(entries, streamEntry{path: "/" + filepath.ToSlash(rel), typ: File, mode: 0o644, size: fi.Size(), sha256: b.Name(),
 			open: func() (io.ReadCloser, error) { return os.Open(p) }})
 	}
-	return writeLayer(w, entries, ModTime(), nil)
+	return writeLayer(context.Background(), w, entries, ModTime(), nil)
 }
 
 // fileDigest reads p whole: its size and sha256 (lowercase hex).

@@ -88,7 +88,7 @@ func fakeTree(t *testing.T) ([]render.Runfile, string) {
 
 func addRunfiles(t *testing.T, s *Set, manifest []render.Runfile, tree string) *Built {
 	t.Helper()
-	b, err := s.AddRunfiles(manifest, tree, nil)
+	b, err := s.AddRunfiles(context.Background(), manifest, tree, nil)
 	if err != nil {
 		t.Fatalf("AddRunfiles: %v", err)
 	}
@@ -214,7 +214,7 @@ func TestRunfilesImageRefusesChangedTree(t *testing.T) {
 		if err := os.WriteFile(secret, []byte(content), 0o444); err != nil {
 			t.Fatal(err)
 		}
-		_, err := newSet(t).AddRunfiles(manifest, tree, nil)
+		_, err := newSet(t).AddRunfiles(context.Background(), manifest, tree, nil)
 		if !errors.Is(err, errContentChanged) || !strings.Contains(err.Error(), "/opt/tool/secret") {
 			t.Errorf("%s: AddRunfiles = %v, want the changed file named", name, err)
 		}
@@ -224,10 +224,10 @@ func TestRunfilesImageRefusesChangedTree(t *testing.T) {
 	run := filepath.Join(tree, "opt/tool/bin/run")
 	os.Remove(run)
 	os.Symlink(filepath.Join(tree, "opt/tool/secret"), run)
-	if _, err := newSet(t).AddRunfiles(manifest, tree, nil); err == nil {
+	if _, err := newSet(t).AddRunfiles(context.Background(), manifest, tree, nil); err == nil {
 		t.Error("a symlink in place of a tree file was followed")
 	}
-	if _, err := newSet(t).AddRunfiles(nil, tree, nil); err == nil {
+	if _, err := newSet(t).AddRunfiles(context.Background(), nil, tree, nil); err == nil {
 		t.Error("an empty manifest gave an image")
 	}
 }
@@ -248,7 +248,7 @@ func TestImagesReproducible(t *testing.T) {
 		}
 		s := newSet(t)
 		addRunfiles(t, s, res.Manifest, res.TreeDir)
-		if _, err := s.AddProgram(KindSeed, program); err != nil {
+		if _, err := s.AddProgram(context.Background(), KindSeed, program); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.AddBase(mustBuild(t, NewDefinition(testCA))); err != nil {
@@ -280,7 +280,7 @@ func TestImagesReproducible(t *testing.T) {
 func TestProgramImage(t *testing.T) {
 	program := testenv.StaticELF(t)
 	s := newSet(t)
-	b, err := s.AddProgram(KindSeed, program)
+	b, err := s.AddProgram(context.Background(), KindSeed, program)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,19 +300,19 @@ func TestProgramImage(t *testing.T) {
 		t.Errorf("entries %q", got)
 	}
 
-	proxy, err := s.AddProgram(KindProxy, program)
+	proxy, err := s.AddProgram(context.Background(), KindProxy, program)
 	if err != nil || proxy.ManifestDigest == b.ManifestDigest || proxy.Name != "hookbox.dev/proxy:"+proxy.Tag() {
 		t.Errorf("proxy image %+v %v: must differ from the seed image holding the same bytes", proxy, err)
 	}
 	notELF := filepath.Join(t.TempDir(), "script")
 	os.WriteFile(notELF, []byte("#!/bin/sh\n"), 0o755)
-	if _, err := s.AddProgram(KindSeed, notELF); err == nil || !strings.Contains(err.Error(), "not an ELF") {
+	if _, err := s.AddProgram(context.Background(), KindSeed, notELF); err == nil || !strings.Contains(err.Error(), "not an ELF") {
 		t.Errorf("a script as the seed program: %v", err)
 	}
-	if _, err := s.AddProgram(KindSeed, filepath.Join(t.TempDir(), SeedBinary)); err == nil || !strings.Contains(err.Error(), "make build") {
+	if _, err := s.AddProgram(context.Background(), KindSeed, filepath.Join(t.TempDir(), SeedBinary)); err == nil || !strings.Contains(err.Error(), "make build") {
 		t.Errorf("a missing seed program: %v, want how to build it", err)
 	}
-	if _, err := s.AddProgram(KindBase, program); err == nil {
+	if _, err := s.AddProgram(context.Background(), KindBase, program); err == nil {
 		t.Error("a base image from a program")
 	}
 }
@@ -376,7 +376,7 @@ func TestPushPullSameDigest(t *testing.T) {
 	s := newSet(t)
 	s.AddBase(mustBuild(t, NewDefinition(testCA)))
 	addRunfiles(t, s, manifest, tree)
-	if _, err := s.AddProgram(KindSeed, testenv.StaticELF(t)); err != nil {
+	if _, err := s.AddProgram(context.Background(), KindSeed, testenv.StaticELF(t)); err != nil {
 		t.Fatal(err)
 	}
 	var progressed []string
@@ -436,4 +436,21 @@ func m0(m ocispec.Manifest) string {
 		return ""
 	}
 	return m.Layers[0].Digest.String()
+}
+
+// TestAddRunfilesCancelled: a cancelled build stops before the next file
+// and leaves no layer behind in the Set.
+func TestAddRunfilesCancelled(t *testing.T) {
+	manifest, tree := fakeTree(t)
+	s := newSet(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.AddRunfiles(ctx, manifest, tree, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("AddRunfiles = %v, want context.Canceled", err)
+	}
+	blobs, _ := os.ReadDir(filepath.Join(s.Dir(), "blobs", "sha256"))
+	top, _ := os.ReadDir(s.Dir())
+	if len(blobs) != 0 || len(top) != 3 { // oci-layout, index.json, blobs
+		t.Errorf("left %v and %v", blobs, top)
+	}
 }

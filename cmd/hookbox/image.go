@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -206,7 +208,7 @@ func buildImages(ctx context.Context, h *hostFlags, renders []*render.Render, wa
 			if err != nil {
 				return nil, err
 			}
-			b, err := set.AddRunfiles(res.Manifest, res.TreeDir, func(done, total int64) {
+			b, err := set.AddRunfiles(ctx, res.Manifest, res.TreeDir, func(done, total int64) {
 				rep.counting("layer", "runfiles of "+r.Spawn, done, total, "bytes")
 			})
 			if err != nil {
@@ -227,7 +229,7 @@ func buildImages(ctx context.Context, h *hostFlags, renders []*render.Render, wa
 		if err != nil {
 			return nil, err
 		}
-		if _, err := set.AddProgram(p.kind, hostPath); err != nil {
+		if _, err := set.AddProgram(ctx, p.kind, hostPath); err != nil {
 			return nil, err
 		}
 	}
@@ -372,7 +374,10 @@ buildkitd instead, which exports it straight into containerd's image store
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
+			// A signal cancels the build, so the Set's directory is removed.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 			defer cancel()
 			if layoutFile != "" {
 				if out.output != "" {
@@ -442,14 +447,21 @@ buildkitd instead, which exports it straight into containerd's image store
 // reportOutputs says on stderr where the images went.
 func reportOutputs(w io.Writer, out imageOutputs, n int) {
 	if out.output != "" {
-		fmt.Fprintf(w, "hookbox: wrote %d images to %s\n", n, out.ociFile())
+		fmt.Fprintf(w, "hookbox: wrote %s to %s\n", imagesCount(n), out.ociFile())
 	}
 	if out.push != "" {
-		fmt.Fprintf(w, "hookbox: pushed %d images to %s\n", n, out.push)
+		fmt.Fprintf(w, "hookbox: pushed %s to %s\n", imagesCount(n), out.push)
 	}
 	if out.importing {
-		fmt.Fprintf(w, "hookbox: %d images imported into containerd namespace %s\n", n, out.namespace)
+		fmt.Fprintf(w, "hookbox: %s imported into containerd namespace %s\n", imagesCount(n), out.namespace)
 	}
+}
+
+func imagesCount(n int) string {
+	if n == 1 {
+		return "1 image"
+	}
+	return fmt.Sprintf("%d images", n)
 }
 
 // compileForImages compiles SPEC with --set values and keeps --spawn's.

@@ -32,8 +32,8 @@ type k8sFlags struct {
 
 func (f *k8sFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.image, "image", "", "k8s: engine image pinned by digest (default: the base image this host builds, hookbox.dev/base:<12 hex>@sha256:…)")
-	fs.StringVar(&f.runfilesImage, "runfiles-image", "", "k8s: OCI image holding the runfiles tree, pinned by digest (required)")
-	fs.StringVar(&f.seedImage, "seed-image", "", "k8s: image with mkdir and install that prepares the run dir, pinned by digest (required)")
+	fs.StringVar(&f.runfilesImage, "runfiles-image", "", "k8s: OCI image holding the runfiles tree, pinned by digest (required unless --build)")
+	fs.StringVar(&f.seedImage, "seed-image", "", "k8s: hookbox's seed image (hookbox-seed, hookbox image build SPEC) that prepares the run dir, pinned by digest (required unless --build)")
 	fs.StringVar(&f.proxyImage, "proxy-image", "", "k8s: image holding the hookbox binary that runs the egress proxy sidecar, pinned by digest (required for a spec with network.allow)")
 	fs.BoolVar(&f.cilium, "cilium", false, "k8s: also emit a CiliumNetworkPolicy allowing network.allow names by FQDN (for clusters running Cilium)")
 	fs.StringVar(&f.workspaceClaim, "workspace-claim", k8s.DefaultWorkspaceClaim, "k8s: PersistentVolumeClaim mounted read-only at /workspace")
@@ -136,7 +136,7 @@ func (f *k8sFlags) buildImages(ctx context.Context, h *hostFlags, renders []*ren
 		}
 		fmt.Fprintf(stderr, "hookbox: image    %-8s %s%s\n", rec.Kind, rec.Reference, spawn)
 	}
-	fmt.Fprintf(stderr, "hookbox: image    %d images %s\n", len(built.records), where)
+	fmt.Fprintf(stderr, "hookbox: image    %s %s\n", imagesCount(len(built.records)), where)
 	return nil
 }
 
