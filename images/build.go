@@ -51,31 +51,17 @@ func Build(def Definition) (*Image, error) {
 	layerDigest := digest.FromBytes(layer)
 
 	cfg := def.ImageConfig()
-	cfg.RootFS = ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layerDigest}}
 	cfg.History = []ocispec.History{{
 		Created:   cfg.Created,
 		CreatedBy: "hookbox images.Build",
 		Comment:   "base image: identity files and empty mount points, nothing executable",
 	}}
-	config, err := json.Marshal(cfg)
+	layerDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: layerDigest, Size: int64(len(layer))}
+	config, manifest, err := encodeImage(cfg, layerDesc)
 	if err != nil {
-		return nil, fmt.Errorf("images: encoding the image config: %w", err)
+		return nil, err
 	}
 	configDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(config), Size: int64(len(config))}
-
-	manifest, err := json.Marshal(ocispec.Manifest{
-		Versioned: specs.Versioned{SchemaVersion: 2},
-		MediaType: ocispec.MediaTypeImageManifest,
-		Config:    configDesc,
-		Layers: []ocispec.Descriptor{{
-			MediaType: ocispec.MediaTypeImageLayer,
-			Digest:    layerDigest,
-			Size:      int64(len(layer)),
-		}},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("images: encoding the manifest: %w", err)
-	}
 	manifestDigest := digest.FromBytes(manifest)
 	name := Repository + ":" + manifestDigest.Encoded()[:12]
 	platform := def.Platform
@@ -105,6 +91,26 @@ func Build(def Definition) (*Image, error) {
 		config:         config,
 		layer:          layer,
 	}, nil
+}
+
+// encodeImage encodes the config and manifest of a one-layer image. The
+// layer is uncompressed, so its digest is also its diff_id.
+func encodeImage(cfg ocispec.Image, layer ocispec.Descriptor) (config, manifest []byte, err error) {
+	cfg.RootFS = ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.Digest}}
+	config, err = json.Marshal(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("images: encoding the image config: %w", err)
+	}
+	manifest, err = json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(config), Size: int64(len(config))},
+		Layers:    []ocispec.Descriptor{layer},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("images: encoding the manifest: %w", err)
+	}
+	return config, manifest, nil
 }
 
 // blob is one content-addressed blob of the image.

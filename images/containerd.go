@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	ctdimages "github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/platforms"
 )
@@ -51,4 +53,44 @@ func Import(ctx context.Context, c *containerd.Client, img *Image) (containerd.I
 		return ci, nil
 	}
 	return nil, fmt.Errorf("images: containerd import of %s created no image of that name", img.Name)
+}
+
+// ImportSet loads every image of s into containerd's namespace namespace
+// (Namespace when empty; "k8s.io" is the one the kubelet's CRI reads) under
+// its Name, and unpacks each with the overlayfs snapshotter. Like Import it
+// is idempotent and checks that each name points at the image's manifest
+// digest; progress, when set, hears of each image unpacked.
+func ImportSet(ctx context.Context, c *containerd.Client, s *Set, namespace string, progress func(string)) error {
+	if namespace == "" {
+		namespace = Namespace
+	}
+	ctx = namespaces.WithNamespace(ctx, namespace)
+	platform := platforms.Only(hostPlatform())
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(s.WriteLayoutTar(pw)) }()
+	imported, err := c.Import(ctx, pr, containerd.WithImportPlatform(platform))
+	pr.CloseWithError(err) // ends the writer if Import stopped reading early
+	if err != nil {
+		return fmt.Errorf("images: importing into containerd namespace %s: %w", namespace, err)
+	}
+	byName := map[string]ctdimages.Image{}
+	for _, rec := range imported {
+		byName[rec.Name] = rec
+	}
+	for _, b := range s.Images() {
+		rec, ok := byName[b.Name]
+		if !ok {
+			return fmt.Errorf("images: containerd import into namespace %s created no image %s", namespace, b.Name)
+		}
+		if rec.Target.Digest != b.ManifestDigest {
+			return fmt.Errorf("images: containerd image %s points at %s, want %s", b.Name, rec.Target.Digest, b.ManifestDigest)
+		}
+		if progress != nil {
+			progress(fmt.Sprintf("unpacking %s", b.Name))
+		}
+		if err := containerd.NewImageWithPlatform(c, rec, platform).Unpack(ctx, Snapshotter); err != nil {
+			return fmt.Errorf("images: unpacking %s with %s in namespace %s: %w", b.Name, Snapshotter, namespace, err)
+		}
+	}
+	return nil
 }

@@ -1,7 +1,11 @@
-// Package images owns hookbox's base image: its filesystem definition, the
-// two builders that turn that definition into an OCI image (an in-process
-// builder that needs no daemon, and a BuildKit LLB builder in
-// images/buildkit), and importing the image into containerd.
+// Package images owns hookbox's images: the base image (its filesystem
+// definition, the two builders that turn that definition into an OCI image,
+// an in-process builder that needs no daemon and a BuildKit LLB builder in
+// images/buildkit, and importing it into containerd), and the Set of images
+// a Kubernetes Job of a render references besides it (render/k8s Options):
+// the runfiles image of a spawn's assembled tree, and the program images
+// holding hookbox-seed (the seed init containers) and hookbox (the egress
+// proxy sidecar). None is built on a third-party image.
 //
 // The base image carries nothing executable, ever. Every program a spawn can
 // run comes from the separately mounted, read-only runfiles, so the set of
@@ -31,6 +35,17 @@
 // test checks. (With BuildKit v0.34.2 the layer blob itself came out
 // byte-identical; the test reports, but does not require, that.)
 //
-// images never runs anything from the image and never touches the network;
-// containerd is touched only by [Import].
+// Guarantees of a [Set]: every image has one uncompressed layer of
+// entries owned by 0:0 with fixed modes and modification times, written
+// from its inputs in a fixed order, so a runfiles image's digest follows
+// from the runfiles manifest (each file's size and sha256 are checked as it
+// is streamed from the tree; one that differs fails the build) and a
+// program image's from the program's bytes; the Set's directory and its
+// layout tar are private to their owner (0700, and 0600 for the tar the
+// CLI writes), because a runfiles layer holds copies of files the host may
+// keep from other users.
+//
+// images never runs anything from an image. containerd is touched only by
+// [Import] and [ImportSet], the network only by [Push] (through
+// go-containerregistry's remote package, to the registry it is given).
 package images

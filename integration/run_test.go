@@ -32,6 +32,7 @@ var (
 	buildOnce             sync.Once
 	hookboxBin, engineBin string
 	initBin               string // hookbox-init, next to hookboxBin where hookbox finds it
+	seedBin               string // hookbox-seed, likewise
 	buildErr              error
 )
 
@@ -42,7 +43,7 @@ func buildTools(t *testing.T) {
 		// toolchain cache to build with.
 		if dir := os.Getenv("HOOKBOX_TEST_BIN_DIR"); dir != "" {
 			hookboxBin, engineBin = filepath.Join(dir, "hookbox"), filepath.Join(dir, "hookbox-scripted-engine")
-			initBin = filepath.Join(dir, "hookbox-init")
+			initBin, seedBin = filepath.Join(dir, "hookbox-init"), filepath.Join(dir, "hookbox-seed")
 			return
 		}
 		dir, err := os.MkdirTemp("/var/tmp", "hookbox-it-bin-")
@@ -55,6 +56,7 @@ func buildTools(t *testing.T) {
 			"hookbox.dev/hookbox/cmd/hookbox":                 &hookboxBin,
 			"hookbox.dev/hookbox/cmd/hookbox-scripted-engine": &engineBin,
 			"hookbox.dev/hookbox/cmd/hookbox-init":            &initBin,
+			"hookbox.dev/hookbox/cmd/hookbox-seed":            &seedBin,
 		} {
 			*out = filepath.Join(dir, filepath.Base(pkg))
 			cmd := exec.Command("go", "build", "-o", *out, pkg)

@@ -249,7 +249,7 @@ func (c *closer) addPlaced(at, src string) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%w: placed file %s: %s is a %s, not a regular file", ErrUnsupported, at, src, fi.Mode().Type())
 	}
-	if err := requireStatic(real); err != nil {
+	if err := RequireStatic(real); err != nil {
 		return fmt.Errorf("placed file %s: %w", at, err)
 	}
 	if err := c.addExtraDir(filepath.Dir(at)); err != nil {
@@ -263,9 +263,10 @@ func (c *closer) addPlaced(at, src string) error {
 	return nil
 }
 
-// requireStatic refuses a file that is not an ELF executable without an
-// interpreter: a placed file brings none of its libraries.
-func requireStatic(path string) error {
+// RequireStatic refuses a file that is not an ELF executable without an
+// interpreter: a placed file (or a program image's one file) brings none
+// of its libraries.
+func RequireStatic(path string) error {
 	f, err := elf.Open(path)
 	if err != nil {
 		return fmt.Errorf("%w: %s is not an ELF executable: %v", ErrUnsupported, path, err)

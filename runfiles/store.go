@@ -24,6 +24,11 @@ import (
 // (objectSeal) too.
 var sealTime = time.Unix(1, 0)
 
+// TreeModTime is the modification time of every file of an assembled tree
+// (1970-01-01T00:00:01Z, see the package doc), which the runfiles image
+// gives every entry, so a program sees the same times in either.
+func TreeModTime() time.Time { return sealTime.UTC() }
+
 // racyWindow: a stat-cache entry is trusted only when the file's ctime is
 // this much older than the moment its content was read. A write within the
 // same timestamp tick as an earlier one, leaving the size unchanged, would

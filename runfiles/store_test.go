@@ -493,7 +493,7 @@ func TestAssembleRepairsAnyTamperedObject(t *testing.T) {
 // needs a static ELF file.
 func TestAssemblePlaced(t *testing.T) {
 	static := testenv.StaticELF(t) // Go's tools are static
-	if err := requireStatic(static); err != nil {
+	if err := RequireStatic(static); err != nil {
 		t.Fatalf("no static ELF file to place: %v", err)
 	}
 	s := openTestStore(t)

@@ -70,7 +70,12 @@ launch shown as placeholders). --runfiles assembles every program's runfiles
 hookbox run does, so a changed binary changes the digest.
 --format k8s prints, per spawn, a ConfigMap, a NetworkPolicy and a batch/v1
 Job that runs the same argv in the same read-only layout (README "Review
-pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
+pipeline on Kubernetes"); with --build it first builds the images the Jobs
+use that no flag gives (as hookbox image build SPEC does: base, one runfiles
+image per spawn, seed, proxy), pushes them to --push REGISTRY/PATH or imports
+them into containerd namespace --build-namespace (k8s.io), and pins the
+objects to their digests, which it prints on stderr. --set NAME=VALUE fills
+the spec's template slots.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stateDir, cacheDir := h.stateDir, h.cacheDir
@@ -81,6 +86,8 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 				if err := refuseK8sFlags(cmd.Flags(), format); err != nil {
 					return err
 				}
+			} else if err := kube.checkBuild(cmd.Flags()); err != nil {
+				return err
 			}
 			params, err := compiler.ParseSetFlags(sets)
 			if err != nil {
@@ -97,8 +104,15 @@ pipeline on Kubernetes"). --set NAME=VALUE fills the spec's template slots.`,
 				}
 			}
 			dirs := dirsFrom(stateDir, cacheDir, nil)
-			if withRunfiles {
+			building := format == "k8s" && kube.build
+			// --build assembles the runfiles it builds into images.
+			if withRunfiles && !(building && kube.wants(renders).runfiles) {
 				if err := addRunfiles(cmd.Context(), renders, dirs.cache); err != nil {
+					return err
+				}
+			}
+			if building {
+				if err := kube.buildImages(cmd.Context(), h, renders, dirs.cache, cmd.ErrOrStderr()); err != nil {
 					return err
 				}
 			}

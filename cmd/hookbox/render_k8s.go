@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -22,12 +23,17 @@ type k8sFlags struct {
 	proxyImage                      string
 	cilium                          bool
 	ttl                             time.Duration
+	// build: build the images not given above (hookbox image build) and
+	// push them to push, or import them into containerd's buildNamespace.
+	build                bool
+	push, buildNamespace string
+	runfilesImages       map[string]string
 }
 
 func (f *k8sFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.image, "image", "", "k8s: engine image pinned by digest (default: the base image this host builds, hookbox.dev/base:<12 hex>@sha256:…)")
-	fs.StringVar(&f.runfilesImage, "runfiles-image", "", "k8s: OCI image holding the runfiles tree, pinned by digest (required)")
-	fs.StringVar(&f.seedImage, "seed-image", "", "k8s: image with mkdir and install that prepares the run dir, pinned by digest (required)")
+	fs.StringVar(&f.runfilesImage, "runfiles-image", "", "k8s: OCI image holding the runfiles tree, pinned by digest (required unless --build)")
+	fs.StringVar(&f.seedImage, "seed-image", "", "k8s: hookbox's seed image (hookbox-seed, hookbox image build SPEC) that prepares the run dir, pinned by digest (required unless --build)")
 	fs.StringVar(&f.proxyImage, "proxy-image", "", "k8s: image holding the hookbox binary that runs the egress proxy sidecar, pinned by digest (required for a spec with network.allow)")
 	fs.BoolVar(&f.cilium, "cilium", false, "k8s: also emit a CiliumNetworkPolicy allowing network.allow names by FQDN (for clusters running Cilium)")
 	fs.StringVar(&f.workspaceClaim, "workspace-claim", k8s.DefaultWorkspaceClaim, "k8s: PersistentVolumeClaim mounted read-only at /workspace")
@@ -35,11 +41,15 @@ func (f *k8sFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.hostEnvConfigMap, "host-env-configmap", k8s.DefaultHostEnvConfigMap, "k8s: ConfigMap holding allow-listed host variables (optional keys)")
 	fs.StringVar(&f.namespace, "namespace", "", "k8s: namespace of the objects (default: kubectl's)")
 	fs.DurationVar(&f.ttl, "ttl", k8s.DefaultTTLSeconds*time.Second, "k8s: how long a finished Job is kept")
+	fs.BoolVar(&f.build, "build", false, "k8s: build the images the Jobs use and no flag gives (base, a runfiles image per spawn, seed, proxy), as hookbox image build does, and fill the flags with their digests")
+	fs.StringVar(&f.push, "push", "", "k8s with --build: push the images to REGISTRY/PATH/<kind> and reference them there (default: import them into containerd)")
+	fs.StringVar(&f.buildNamespace, "build-namespace", criNamespace, "k8s with --build: containerd namespace to import the images into (the kubelet's)")
 }
 
 // k8sOnlyFlags are the flags register adds; they mean nothing to other
 // formats, so giving one there is refused rather than ignored.
-var k8sOnlyFlags = []string{"image", "runfiles-image", "seed-image", "proxy-image", "cilium", "workspace-claim", "secret-name", "host-env-configmap", "namespace", "ttl"}
+var k8sOnlyFlags = []string{"image", "runfiles-image", "seed-image", "proxy-image", "cilium", "workspace-claim", "secret-name", "host-env-configmap", "namespace", "ttl",
+	"build", "push", "build-namespace"}
 
 // refuseK8sFlags refuses any k8s-only flag set on a render of another format.
 func refuseK8sFlags(fs *pflag.FlagSet, format string) error {
@@ -59,7 +69,7 @@ func (f *k8sFlags) options() (k8s.Options, error) {
 	}
 	ttl := int32(f.ttl / time.Second)
 	opts := k8s.Options{
-		Image: f.image, RunfilesImage: f.runfilesImage, SeedImage: f.seedImage, ProxyImage: f.proxyImage, Cilium: f.cilium,
+		Image: f.image, RunfilesImage: f.runfilesImage, RunfilesImages: f.runfilesImages, SeedImage: f.seedImage, ProxyImage: f.proxyImage, Cilium: f.cilium,
 		WorkspaceClaim: f.workspaceClaim, SecretName: f.secretName, HostEnvConfigMap: f.hostEnvConfigMap,
 		Namespace: f.namespace, TTLSecondsAfterFinished: &ttl, Version: version,
 	}
@@ -75,6 +85,59 @@ func (f *k8sFlags) options() (k8s.Options, error) {
 		opts.Image = img.Name + "@" + img.ManifestDigest.String()
 	}
 	return opts, nil
+}
+
+// checkBuild refuses the build flags without --build.
+func (f *k8sFlags) checkBuild(fs *pflag.FlagSet) error {
+	for _, name := range []string{"push", "build-namespace"} {
+		if fs.Changed(name) && !f.build {
+			return usageError{fmt.Errorf("--%s applies to --build only: add --build, or give the images with --image, --runfiles-image and --seed-image", name)}
+		}
+	}
+	if f.push != "" {
+		if err := images.CheckRepository(f.push); err != nil {
+			return usageError{err}
+		}
+	}
+	return nil
+}
+
+// wants are the images --build builds: those no flag gives.
+func (f *k8sFlags) wants(renders []*render.Render) imageWants {
+	return imageWants{base: f.image == "", runfiles: f.runfilesImage == "", seed: f.seedImage == "",
+		proxy: f.proxyImage == "" && anyAllowlist(renders)}
+}
+
+// buildImages builds what wants says, pushes or imports it, fills the
+// flags with the references and prints each on stderr: the digests the
+// objects pin.
+func (f *k8sFlags) buildImages(ctx context.Context, h *hostFlags, renders []*render.Render, cacheDir string, stderr io.Writer) error {
+	out := imageOutputs{push: f.push, namespace: f.buildNamespace, importing: f.push == ""}
+	built, err := buildImages(ctx, h, renders, f.wants(renders), out, cacheDir, newImageReporter(io.Discard, stderr, false))
+	if err != nil {
+		return err
+	}
+	for kind, flag := range map[images.Kind]*string{images.KindBase: &f.image, images.KindSeed: &f.seedImage, images.KindProxy: &f.proxyImage} {
+		if ref, ok := built.byKind[kind]; ok {
+			*flag = ref
+		}
+	}
+	if len(built.runfiles) > 0 {
+		f.runfilesImages = built.runfiles
+	}
+	where := "imported into containerd namespace " + out.namespace
+	if out.push != "" {
+		where = "pushed to " + out.push
+	}
+	for _, rec := range built.records {
+		spawn := ""
+		if rec.Spawn != "" {
+			spawn = "  spawn " + rec.Spawn
+		}
+		fmt.Fprintf(stderr, "hookbox: image    %-8s %s%s\n", rec.Kind, rec.Reference, spawn)
+	}
+	fmt.Fprintf(stderr, "hookbox: image    %s %s\n", imagesCount(len(built.records)), where)
+	return nil
 }
 
 // writeK8s writes the Kubernetes objects of renders as multi-document YAML.

@@ -9,7 +9,7 @@ import (
 var k8sArgs = []string{"render", "--format", "k8s",
 	"--image", "registry.example/hookbox/base@sha256:" + strings.Repeat("1", 64),
 	"--runfiles-image", "registry.example/hookbox/runfiles@sha256:" + strings.Repeat("2", 64),
-	"--seed-image", "registry.example/busybox@sha256:" + strings.Repeat("3", 64)}
+	"--seed-image", "registry.example/hookbox/seed@sha256:" + strings.Repeat("3", 64)}
 
 func k8sRun(t *testing.T, extra ...string) (int, string, string) {
 	t.Helper()

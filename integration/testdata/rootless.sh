@@ -38,6 +38,7 @@ trap cleanup EXIT
 export CGO_ENABLED=0
 go build -o "$work/hookbox" ./cmd/hookbox
 go build -o "$work/hookbox-init" ./cmd/hookbox-init
+go build -o "$work/hookbox-seed" ./cmd/hookbox-seed
 go build -o "$work/hookbox-scripted-engine" ./cmd/hookbox-scripted-engine
 go build -o "$work/probe" ./integration/probe
 go test -c -o "$work/integration.test" ./integration

@@ -19,15 +19,17 @@
 //     variable unset, as an unset host variable does.
 //   - filesystem: the root filesystem is read-only; programs appear at the
 //     render's container paths from an OCI image volume holding the runfiles
-//     tree (Options.RunfilesImage), mounted read-only with one subPath per
+//     tree (Options.RunfilesImage, or the spawn's own in
+//     Options.RunfilesImages), mounted read-only with one subPath per
 //     directory that holds runfiles (see RunfileMounts); the workspace is a
 //     PersistentVolumeClaim mounted read-only at /workspace; the run dir and
 //     /tmp are memory-backed emptyDirs with the render's size limits; the
 //     generated files under /hookbox/etc come from the ConfigMap, read-only.
 //     Files the render seeds into the run dir, and the home and out
 //     directories, are made before the engine starts by init containers
-//     from Options.SeedImage (mkdir, install; argv only, no shell), running
-//     as the same unprivileged user.
+//     from Options.SeedImage, hookbox's own image of the static
+//     hookbox-seed (SeedProgram mkdir / install; argv only, no shell),
+//     running as the same unprivileged user.
 //   - limits: memory request = limit, CPU request = limit when the render
 //     has one, activeDeadlineSeconds from the timeout, backoffLimit 0,
 //     restartPolicy Never, a podFailurePolicy that ignores disruptions

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
@@ -40,6 +41,10 @@ const (
 	RenderKey = "render.json"
 	// SeedDir is where the seed init containers see the files to seed.
 	SeedDir = "/hookbox/seed"
+	// SeedProgram is hookbox-seed in the seed image (images.SeedProgramPath):
+	// the seed init containers' argv[0], an absolute path, so nothing is
+	// looked up on a PATH.
+	SeedProgram = "/usr/local/bin/hookbox-seed"
 	// TerminationGraceSeconds matches launcher.DefaultGrace (SIGTERM, then
 	// SIGKILL after the grace).
 	TerminationGraceSeconds = 10
@@ -97,9 +102,13 @@ type Options struct {
 	// laid out like the host's "/", pinned by digest. It is mounted as an
 	// image volume (Kubernetes ≥ 1.35 by default, GA in 1.36).
 	RunfilesImage string
-	// SeedImage runs the init containers that prepare the run dir: any
-	// image with POSIX mkdir and install on its PATH (busybox, coreutils),
-	// pinned by digest.
+	// RunfilesImages maps a spawn name to the runfiles image of that spawn
+	// alone (hookbox render --build builds one per spawn); a spawn not in
+	// it gets RunfilesImage.
+	RunfilesImages map[string]string
+	// SeedImage runs the init containers that prepare the run dir:
+	// hookbox's seed image (hookbox image build), which holds the static
+	// hookbox-seed at SeedProgram, pinned by digest.
 	SeedImage string
 	// WorkspaceClaim names the PersistentVolumeClaim holding the checkout
 	// to review, mounted read-only at /workspace (DefaultWorkspaceClaim).
@@ -164,8 +173,16 @@ func (o Options) withDefaults() (Options, error) {
 	for _, img := range []struct{ flag, ref string }{
 		{"image", o.Image}, {"runfiles-image", o.RunfilesImage}, {"seed-image", o.SeedImage},
 	} {
+		if img.flag == "runfiles-image" && img.ref == "" && len(o.RunfilesImages) > 0 {
+			continue // every spawn's is checked below, once it is chosen
+		}
 		if !digestRef.MatchString(img.ref) {
 			problems = append(problems, fmt.Sprintf("--%s %q: give an image pinned by digest, NAME@sha256:<64 hex>", img.flag, img.ref))
+		}
+	}
+	for _, spawn := range slices.Sorted(maps.Keys(o.RunfilesImages)) {
+		if ref := o.RunfilesImages[spawn]; !digestRef.MatchString(ref) {
+			problems = append(problems, fmt.Sprintf("runfiles image %q of spawn %s: give an image pinned by digest, NAME@sha256:<64 hex>", ref, spawn))
 		}
 	}
 	for _, name := range []struct{ flag, value string }{
@@ -619,8 +636,15 @@ func (b *builder) volumes() ([]corev1.Volume, []corev1.VolumeMount, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	runfilesImage := b.opts.RunfilesImage
+	if ref, ok := b.opts.RunfilesImages[r.Spawn]; ok {
+		runfilesImage = ref
+	}
+	if runfilesImage == "" {
+		return nil, nil, fmt.Errorf("%w: no runfiles image for spawn %s: give --runfiles-image", ErrOptions, r.Spawn)
+	}
 	volumes = append(volumes, corev1.Volume{Name: volRunfiles, VolumeSource: corev1.VolumeSource{
-		Image: &corev1.ImageVolumeSource{Reference: b.opts.RunfilesImage, PullPolicy: corev1.PullIfNotPresent},
+		Image: &corev1.ImageVolumeSource{Reference: runfilesImage, PullPolicy: corev1.PullIfNotPresent},
 	}})
 	for _, m := range runfiles {
 		mounts = append(mounts, corev1.VolumeMount{Name: volRunfiles, MountPath: m.MountPath, SubPath: m.SubPath, ReadOnly: true})
@@ -632,7 +656,8 @@ func (b *builder) volumes() ([]corev1.Volume, []corev1.VolumeMount, error) {
 
 // seedContainers prepare the run dir as the launcher does on a host: home
 // and out, then every generated file under the run dir with its mode, all
-// owned by the container user. Argv only: no shell.
+// owned by the container user. Argv only: no shell, hookbox-seed
+// (SeedProgram) of the seed image, each directory listed parents first.
 func (b *builder) seedContainers(uid, gid int64) []corev1.Container {
 	dirs := []string{render.HomeDir, render.OutDir}
 	for _, f := range b.seedFiles {
@@ -651,7 +676,7 @@ func (b *builder) seedContainers(uid, gid int64) []corev1.Container {
 		Name:            "seed-dirs",
 		Image:           b.opts.SeedImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Command:         escapeAll(append([]string{"mkdir", "-p", "-m", "0700"}, dirs...)),
+		Command:         escapeAll(append([]string{SeedProgram, "mkdir", "0700"}, dirs...)),
 		Resources:       seedResources,
 		VolumeMounts:    []corev1.VolumeMount{runMount},
 		SecurityContext: containerSecurity(uid, gid),
@@ -665,7 +690,7 @@ func (b *builder) seedContainers(uid, gid int64) []corev1.Container {
 			Name:            fmt.Sprintf("seed-file-%d", i+1),
 			Image:           b.opts.SeedImage,
 			ImagePullPolicy: corev1.PullIfNotPresent,
-			Command: escapeAll([]string{"install", "-m", fmt.Sprintf("%04o", mode),
+			Command: escapeAll([]string{SeedProgram, "install", fmt.Sprintf("%04o", mode),
 				SeedDir + "/" + strings.TrimPrefix(f.Path, render.RunDir+"/"), f.Path}),
 			Resources:       seedResources,
 			VolumeMounts:    []corev1.VolumeMount{runMount, {Name: volSeed, MountPath: SeedDir, ReadOnly: true}},

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"errors"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -336,11 +337,11 @@ func TestFilesAndSeeding(t *testing.T) {
 	if len(init) != 2 {
 		t.Fatalf("init containers %+v", init)
 	}
-	wantDirs := []string{"mkdir", "-p", "-m", "0700", "/run/hookbox/codex", "/run/hookbox/codex/deep", "/run/hookbox/home", "/run/hookbox/out"}
+	wantDirs := []string{SeedProgram, "mkdir", "0700", "/run/hookbox/codex", "/run/hookbox/codex/deep", "/run/hookbox/home", "/run/hookbox/out"}
 	if !slices.Equal(init[0].Command, wantDirs) {
 		t.Errorf("seed dirs %q", init[0].Command)
 	}
-	wantFile := []string{"install", "-m", "0600", "/hookbox/seed/codex/deep/config.toml", "/run/hookbox/codex/deep/config.toml"}
+	wantFile := []string{SeedProgram, "install", "0600", "/hookbox/seed/codex/deep/config.toml", "/run/hookbox/codex/deep/config.toml"}
 	if !slices.Equal(init[1].Command, wantFile) {
 		t.Errorf("seed file %q", init[1].Command)
 	}
@@ -426,6 +427,66 @@ func TestBaseImagePathsMatchTheImage(t *testing.T) {
 	def := images.NewDefinition([]byte("a CA bundle"))
 	if got := def.Paths(); !slices.Equal(got, BaseImagePaths) {
 		t.Errorf("BaseImagePaths is stale:\n got %q\nwant %q", BaseImagePaths, got)
+	}
+}
+
+// TestSeedProgramIsTheSeedImages: the seed containers run the program
+// where the seed image holds it.
+func TestSeedProgramIsTheSeedImages(t *testing.T) {
+	if SeedProgram != images.SeedProgramPath {
+		t.Errorf("SeedProgram %s, but the seed image holds hookbox-seed at %s", SeedProgram, images.SeedProgramPath)
+	}
+	// The proxy sidecar and its probe name hookbox on the image's PATH,
+	// which has the proxy program's directory.
+	o, err := Build(allowlistRender(dest("example.com", 443, render.DestName)), proxyOptions(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := o.Job.Spec.Template.Spec.InitContainers
+	proxy := init[len(init)-1]
+	for _, argv := range [][]string{proxy.Command, proxy.StartupProbe.Exec.Command} {
+		if argv[0] != path.Base(images.ProxyProgramPath) {
+			t.Errorf("the proxy runs %q, but the proxy image holds %s", argv, images.ProxyProgramPath)
+		}
+	}
+}
+
+// TestRunfilesImagePerSpawn: RunfilesImages gives each spawn its own
+// runfiles image; the others keep RunfilesImage, and a spawn with neither
+// is refused.
+func TestRunfilesImagePerSpawn(t *testing.T) {
+	own := "registry.example/hookbox/runfiles:abc@sha256:" + strings.Repeat("4", 64)
+	r := testRender()
+	other := testRender()
+	other.Spawn = "other"
+	opts := goldenOptions()
+	opts.RunfilesImages = map[string]string{r.Spawn: own}
+	objs, err := BuildAll([]*render.Render{r, other}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reference := func(o *Objects) string {
+		for _, v := range o.Job.Spec.Template.Spec.Volumes {
+			if v.Image != nil {
+				return v.Image.Reference
+			}
+		}
+		return ""
+	}
+	if got := reference(objs[0]); got != own {
+		t.Errorf("spawn %s mounts %s, want its own %s", r.Spawn, got, own)
+	}
+	if got := reference(objs[1]); got != opts.RunfilesImage {
+		t.Errorf("spawn other mounts %s, want the common %s", got, opts.RunfilesImage)
+	}
+
+	opts.RunfilesImage = ""
+	if _, err := Build(other, opts); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "--runfiles-image") {
+		t.Errorf("a spawn without a runfiles image: %v", err)
+	}
+	opts.RunfilesImages = map[string]string{r.Spawn: "runfiles:latest"}
+	if _, err := Build(r, opts); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "runfiles:latest") {
+		t.Errorf("a spawn's runfiles image not pinned: %v", err)
 	}
 }
 
