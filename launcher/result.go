@@ -41,6 +41,11 @@ const (
 	ReasonOOM                = "oom-kill"
 	ReasonHarvestPartial     = "harvest-partial"
 	ReasonTeardownIncomplete = "teardown-incomplete"
+	// ReasonContainerdUnreachable: containerd stopped answering during the
+	// run or its teardown (it died, or did not reply within a step's
+	// deadline). Teardown went on through the kernel; what only containerd
+	// can remove is listed in Result.Leftovers for hookbox gc.
+	ReasonContainerdUnreachable = "containerd-unreachable"
 	ReasonTracerNotRun       = "tracer-not-run"
 	// ReasonNoRunCgroup (degraded): a rootless run without a delegated
 	// cgroup2 subtree has no cgroup of its own.
@@ -79,7 +84,11 @@ type Result struct {
 	// Degraded lists, as reason ids, protections the backend could not
 	// give this run (rootless: limit-unavailable:memory, run-cgroup-
 	// unavailable…); hookbox doctor says why and how to fix each.
-	Degraded  []string  `json:"degraded,omitempty"`
+	Degraded []string `json:"degraded,omitempty"`
+	// Leftovers are the run's resources teardown could not remove (task,
+	// container, snapshot, cgroup, tmpfs), with reason teardown-incomplete:
+	// hookbox gc removes them later and marks the record collected.
+	Leftovers []string  `json:"leftovers,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	StartedAt time.Time `json:"started_at"`
 	EndedAt   time.Time `json:"ended_at"`

@@ -50,6 +50,9 @@ import (
 // DefaultGrace is how long teardown waits after SIGTERM before SIGKILL.
 const DefaultGrace = 10 * time.Second
 
+// gcAtStartTimeout bounds the collection of abandoned runs before a run.
+const gcAtStartTimeout = 15 * time.Second
+
 // Labels every hookbox container carries.
 const (
 	LabelRunID        = "dev.hookbox.run-id"
@@ -128,8 +131,11 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A cheap collection of what abandoned runs left, before adding a run.
-	collected, _ := GC(ctx, opts.Backend.Client, opts.StateDir, false)
+	// A cheap collection of what abandoned runs left, before adding a run;
+	// a daemon that stopped answering since it was resolved cannot hold it.
+	gcCtx, cancelGC := context.WithTimeout(ctx, gcAtStartTimeout)
+	collected, _ := GC(gcCtx, opts.Backend.Client, opts.StateDir, false)
+	cancelGC()
 	started := time.Now()
 	id := opts.RunID
 	if id == "" {
@@ -171,6 +177,14 @@ type execution struct {
 	container containerd.Container
 	task      containerd.Task
 	exitCh    <-chan containerd.ExitStatus
+	// stopWaiting ends containerd's wait on the task once teardown is done.
+	stopWaiting context.CancelFunc
+	// init is the task's init pinned by its pidfd (nil on a kernel without
+	// pidfds): teardown signals it and watches its exit through the kernel.
+	init *cgroup.Process
+	// daemonErr is the first error that showed containerd unreachable
+	// during the run or its teardown (ReasonContainerdUnreachable).
+	daemonErr error
 	cg        *cgroup.Run
 	stdoutW   *io.PipeWriter
 	readerWG  sync.WaitGroup
@@ -507,18 +521,23 @@ func (x *execution) create() error {
 	if err != nil {
 		return err
 	}
-	x.task, err = x.container.NewTask(x.ctx, cio.NewCreator(x.stdioOpts()...), containerd.WithRootFS(x.rootfs))
+	err = x.daemonCall(x.ctx, daemonCreateTimeout, func(ctx context.Context) (err error) {
+		x.task, err = x.container.NewTask(ctx, cio.NewCreator(x.stdioOpts()...), containerd.WithRootFS(x.rootfs))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create task: %w", err)
 	}
 	// Not x.ctx: cancelling hookbox must not look like the engine exiting.
-	if x.exitCh, err = x.task.Wait(context.WithoutCancel(x.ctx)); err != nil {
+	waitCtx, stopWaiting := context.WithCancel(context.WithoutCancel(x.ctx))
+	x.stopWaiting = stopWaiting
+	if x.exitCh, err = x.task.Wait(waitCtx); err != nil {
 		return fmt.Errorf("wait task: %w", err)
 	}
 	pid := int(x.task.Pid())
-	startTime, err := host.StartTime(pid)
+	startTime, err := x.pinInit(pid)
 	if err != nil {
-		return fmt.Errorf("read init start time: %w", err)
+		return err
 	}
 	if err := x.openCgroup(pid); err != nil {
 		return err
@@ -554,11 +573,31 @@ func (x *execution) create() error {
 	go x.readStdout(stdoutR, out)
 	// The engine may print (and a reader react, e.g. with Ctrl-C) before
 	// Start's reply arrives: once created, starting is not abandoned.
-	if err := x.task.Start(context.WithoutCancel(x.ctx)); err != nil {
+	err = x.daemonCall(context.WithoutCancel(x.ctx), daemonCreateTimeout, func(ctx context.Context) error { return x.task.Start(ctx) })
+	if err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
 	x.engineStarted = true
 	return nil
+}
+
+// pinInit opens a pidfd on the task's init and returns its start time, the
+// identity the spawn record keeps (docs/contracts.md 1.3). On a kernel
+// without pidfds init is only read, and containerd signals it.
+func (x *execution) pinInit(pid int) (uint64, error) {
+	p, err := cgroup.OpenProcess(pid, 0)
+	if errors.Is(err, cgroup.ErrNotSupported) {
+		start, err := host.StartTime(pid)
+		if err != nil {
+			return 0, fmt.Errorf("read init start time: %w", err)
+		}
+		return start, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("pin the task's init: %w", err)
+	}
+	x.init = p
+	return p.StartTime, nil
 }
 
 func (x *execution) stdioOpts() []cio.Opt {
@@ -620,6 +659,9 @@ func (x *execution) readStdout(r io.Reader, record *os.File) {
 }
 
 // wait blocks until the engine exits, a watchdog fires or ctx is cancelled.
+// The engine's exit is seen by the kernel (init's pidfd) or by containerd,
+// whichever comes first; the watchdogs are hookbox's own timers, so they
+// fire on time whatever containerd does.
 func (x *execution) wait() {
 	l := x.r.Limits
 	timeout := time.NewTimer(time.Duration(l.TimeoutMS) * time.Millisecond)
@@ -635,8 +677,15 @@ func (x *execution) wait() {
 	for {
 		select {
 		case st := <-x.exitCh:
-			x.recordExit(st)
+			x.exitCh = nil
+			if err := st.Error(); err != nil {
+				x.lostTask(err)
+			} else {
+				x.recordExit(st)
+			}
 			return
+		case <-x.initDone():
+			return // teardown collects the status
 		case <-x.activity:
 			if !sawOutput {
 				sawOutput, firstOutput = true, nil
@@ -670,12 +719,18 @@ func (x *execution) recordExit(st containerd.ExitStatus) {
 	if !x.engineStarted {
 		return
 	}
-	if err := st.Error(); err != nil {
-		x.result.Error = "wait: " + err.Error()
-		return
-	}
 	code := int(st.ExitCode())
 	x.result.ExitCode = &code
+}
+
+// lostTask: containerd stopped reporting on the task (it died, or the
+// wait broke) while the engine ran. hookbox can no longer account for the
+// run through it, so the run ends as an infrastructure error and teardown
+// ends the engine through the kernel.
+func (x *execution) lostTask(err error) {
+	x.noteDaemonError(err)
+	x.result.Status = StatusInfraError
+	x.result.Error = strings.TrimPrefix(x.result.Error+"; containerd stopped reporting on the task: "+err.Error(), "; ")
 }
 
 // teardown ends every process of the run and removes every resource. It
@@ -695,13 +750,14 @@ func (x *execution) teardown() {
 	if x.task != nil {
 		fail("stop", x.stopAll(ctx))
 		oom := x.cg != nil && cgroupOOM(x.cg)
-		fail("delete task", retry(func() error {
-			if _, err := x.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				return err
-			}
-			return nil
-		}))
+		fail("delete task", x.daemonStep(ctx, "task", x.deleteTask))
 		x.decideStatus(oom)
+	}
+	if x.stopWaiting != nil {
+		x.stopWaiting()
+	}
+	if x.init != nil {
+		x.init.Close()
 	}
 	// The engine is gone: end its proxied connections and sum them up.
 	fail("stop egress proxy", x.stopEgress())
@@ -728,13 +784,26 @@ func (x *execution) teardown() {
 			}
 		}()
 	}
-	fail("delete container", retry(func() error { return x.deleteContainer(ctx) }))
-	fail("delete snapshot", retry(func() error { return x.deleteSnapshot(ctx) }))
+	fail("delete container", x.daemonStep(ctx, "container", x.deleteContainer))
+	fail("delete snapshot", x.daemonStep(ctx, "snapshot", x.deleteSnapshot))
 	if x.cg != nil {
-		fail("remove cgroup", retry(x.cg.Remove))
+		if err := retry(x.cg.Remove); err != nil {
+			fail("remove cgroup", err)
+			x.result.Leftovers = append(x.result.Leftovers, "cgroup")
+		}
 	}
 	harvested.Wait()
-	fail("unmount run dir", unmountErr)
+	if unmountErr != nil {
+		fail("unmount run dir", unmountErr)
+		x.result.Leftovers = append(x.result.Leftovers, "tmpfs")
+	}
+	if len(x.result.Leftovers) > 0 {
+		left := "left for hookbox gc: " + strings.Join(x.result.Leftovers, ", ")
+		if x.daemonErr != nil {
+			left += fmt.Sprintf(" (it removes them once containerd at %s answers again)", x.opts.Backend.Address)
+		}
+		problems = append(problems, left)
+	}
 	if len(problems) > 0 {
 		x.result.Reasons = append(x.result.Reasons, ReasonTeardownIncomplete)
 		if x.result.Status != StatusInfraError {
