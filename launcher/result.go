@@ -46,7 +46,7 @@ const (
 	// deadline). Teardown went on through the kernel; what only containerd
 	// can remove is listed in Result.Leftovers for hookbox gc.
 	ReasonContainerdUnreachable = "containerd-unreachable"
-	ReasonTracerNotRun       = "tracer-not-run"
+	ReasonTracerNotRun          = "tracer-not-run"
 	// ReasonNoRunCgroup (degraded): a rootless run without a delegated
 	// cgroup2 subtree has no cgroup of its own.
 	ReasonNoRunCgroup = "run-cgroup-unavailable"

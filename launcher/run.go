@@ -797,6 +797,9 @@ func (x *execution) teardown() {
 		fail("unmount run dir", unmountErr)
 		x.result.Leftovers = append(x.result.Leftovers, "tmpfs")
 	}
+	if x.daemonErr != nil {
+		x.result.Reasons = append(x.result.Reasons, ReasonContainerdUnreachable)
+	}
 	if len(x.result.Leftovers) > 0 {
 		left := "left for hookbox gc: " + strings.Join(x.result.Leftovers, ", ")
 		if x.daemonErr != nil {

@@ -191,7 +191,7 @@ func (x *execution) collectExit(wait time.Duration) {
 
 // daemonCall runs one containerd call under a deadline of its own. A call
 // that finds containerd unreachable or not answering in time is recorded
-// (ReasonContainerdUnreachable).
+// (noteDaemonError).
 func (x *execution) daemonCall(ctx context.Context, timeout time.Duration, call func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -242,13 +242,13 @@ func daemonUnreachable(err error) bool {
 	return errdefs.IsUnavailable(native) || errdefs.IsDeadlineExceeded(native) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// noteDaemonError records, once, that containerd failed the run.
+// noteDaemonError keeps the first error that showed containerd
+// unreachable; teardown turns it into ReasonContainerdUnreachable once the
+// harvest, which also adds reasons, is done.
 func (x *execution) noteDaemonError(err error) {
-	if x.daemonErr != nil || !daemonUnreachable(err) {
-		return
+	if x.daemonErr == nil && daemonUnreachable(err) {
+		x.daemonErr = err
 	}
-	x.daemonErr = err
-	x.result.Reasons = append(x.result.Reasons, ReasonContainerdUnreachable)
 }
 
 // decideStatus sets the result's status from what ended the run.
