@@ -85,7 +85,8 @@ type Result struct {
 	// give this run (rootless: limit-unavailable:memory, run-cgroup-
 	// unavailable…); hookbox doctor says why and how to fix each.
 	Degraded []string `json:"degraded,omitempty"`
-	// Leftovers are the run's resources teardown could not remove (task,
+	// Leftovers are the run's resources teardown could not remove, or
+	// could not confirm gone because containerd did not answer (task,
 	// container, snapshot, cgroup, tmpfs), with reason teardown-incomplete:
 	// hookbox gc removes them later and marks the record collected.
 	Leftovers []string  `json:"leftovers,omitempty"`

@@ -50,9 +50,6 @@ import (
 // DefaultGrace is how long teardown waits after SIGTERM before SIGKILL.
 const DefaultGrace = 10 * time.Second
 
-// gcAtStartTimeout bounds the collection of abandoned runs before a run.
-const gcAtStartTimeout = 15 * time.Second
-
 // Labels every hookbox container carries.
 const (
 	LabelRunID        = "dev.hookbox.run-id"
@@ -133,7 +130,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	}
 	// A cheap collection of what abandoned runs left, before adding a run;
 	// a daemon that stopped answering since it was resolved cannot hold it.
-	gcCtx, cancelGC := context.WithTimeout(ctx, gcAtStartTimeout)
+	gcCtx, cancelGC := context.WithTimeout(ctx, daemonDeadlines.gc)
 	collected, _ := GC(gcCtx, opts.Backend.Client, opts.StateDir, false)
 	cancelGC()
 	started := time.Now()
@@ -316,7 +313,11 @@ func (x *execution) prepare() error {
 	x.startTracer()
 
 	x.progress("image", "base image")
-	img, err := x.ensureImage()
+	var img containerd.Image
+	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
+		img, err = x.ensureImage(ctx)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -382,18 +383,25 @@ func (x *execution) prepare() error {
 		return err
 	}
 
-	rootfs, err := x.rootfsMounts(img)
+	var rootfs []mount.Mount
+	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
+		rootfs, err = x.rootfsMounts(ctx, img)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	x.progress("container", "create")
-	x.container, err = x.opts.Backend.Client.NewContainer(x.ctx, x.id,
-		containerd.WithSpec(spec),
-		containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.Backend.RuncRoot)),
-		containerd.WithContainerLabels(map[string]string{
-			LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
-			LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwnerStart: x.ownerStart,
-		}))
+	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
+		x.container, err = x.opts.Backend.Client.NewContainer(ctx, x.id,
+			containerd.WithSpec(spec),
+			containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.Backend.RuncRoot)),
+			containerd.WithContainerLabels(map[string]string{
+				LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
+				LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwnerStart: x.ownerStart,
+			}))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create container: %w", err)
 	}
@@ -450,7 +458,7 @@ func runtimeOptions(runcRoot string) any {
 }
 
 // ensureImage imports the base image unless containerd has it unpacked.
-func (x *execution) ensureImage() (containerd.Image, error) {
+func (x *execution) ensureImage(ctx context.Context) (containerd.Image, error) {
 	def, err := images.HostDefinition()
 	if err != nil {
 		return nil, err
@@ -459,33 +467,33 @@ func (x *execution) ensureImage() (containerd.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := x.opts.Backend.Client.GetImage(x.ctx, built.Name)
+	img, err := x.opts.Backend.Client.GetImage(ctx, built.Name)
 	if err == nil {
-		if ok, _ := img.IsUnpacked(x.ctx, images.Snapshotter); ok {
+		if ok, _ := img.IsUnpacked(ctx, images.Snapshotter); ok {
 			return img, nil
 		}
 	} else if !errdefs.IsNotFound(err) {
 		return nil, fmt.Errorf("look up base image: %w", err)
 	}
 	x.progress("image", "import %s", built.Name)
-	return images.Import(x.ctx, x.opts.Backend.Client, built)
+	return images.Import(ctx, x.opts.Backend.Client, built)
 }
 
 // rootfsMounts makes a read-only view of the base image and returns the
 // rootfs: an overlay with the runfiles tree above the image's layers.
-func (x *execution) rootfsMounts(img containerd.Image) ([]mount.Mount, error) {
-	diffIDs, err := img.RootFS(x.ctx)
+func (x *execution) rootfsMounts(ctx context.Context, img containerd.Image) ([]mount.Mount, error) {
+	diffIDs, err := img.RootFS(ctx)
 	if err != nil {
 		return nil, err
 	}
 	// The view is held by a lease named after the run, so containerd's
 	// garbage collector leaves it alone until teardown (or gc) drops both.
-	if _, err := x.opts.Backend.Client.LeasesService().Create(x.ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
+	if _, err := x.opts.Backend.Client.LeasesService().Create(ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
 		leases.WithLabels(x.ownerLabels())); err != nil && !errdefs.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("lease for the base image view: %w", err)
 	}
 	sn := x.opts.Backend.Client.SnapshotService(images.Snapshotter)
-	view, err := sn.View(leases.WithLease(x.ctx, x.id), x.id, identity.ChainID(diffIDs).String(),
+	view, err := sn.View(leases.WithLease(ctx, x.id), x.id, identity.ChainID(diffIDs).String(),
 		snapshots.WithLabels(x.ownerLabels()))
 	if err != nil {
 		return nil, fmt.Errorf("base image view: %w", err)
@@ -521,7 +529,7 @@ func (x *execution) create() error {
 	if err != nil {
 		return err
 	}
-	err = x.daemonCall(x.ctx, daemonCreateTimeout, func(ctx context.Context) (err error) {
+	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
 		x.task, err = x.container.NewTask(ctx, cio.NewCreator(x.stdioOpts()...), containerd.WithRootFS(x.rootfs))
 		return err
 	})
@@ -573,7 +581,7 @@ func (x *execution) create() error {
 	go x.readStdout(stdoutR, out)
 	// The engine may print (and a reader react, e.g. with Ctrl-C) before
 	// Start's reply arrives: once created, starting is not abandoned.
-	err = x.daemonCall(context.WithoutCancel(x.ctx), daemonCreateTimeout, func(ctx context.Context) error { return x.task.Start(ctx) })
+	err = x.daemonCall(context.WithoutCancel(x.ctx), daemonDeadlines.create, func(ctx context.Context) error { return x.task.Start(ctx) })
 	if err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}

@@ -19,20 +19,25 @@ import (
 	"hookbox.dev/hookbox/render"
 )
 
-// Deadlines of containerd calls during a run and its teardown: a daemon
-// that died or hangs holds hookbox no longer than one of them past the
-// grace period (docs/architecture.md "Teardown when containerd fails").
-const (
-	// daemonStepTimeout bounds one teardown step (delete the task, the
-	// container, the snapshot), its retries included.
-	daemonStepTimeout = 5 * time.Second
-	// daemonCreateTimeout bounds creating and starting the task (runc
-	// create mounts the rootfs: slower than a delete on a loaded host).
-	daemonCreateTimeout = 30 * time.Second
-	// killWait bounds the wait for the cgroup (or, without one, init) to
-	// empty after SIGKILL.
-	killWait = 30 * time.Second
-)
+// daemonDeadlines bound the containerd calls of a run and its teardown,
+// so that a daemon that died or hangs holds hookbox no longer than one of
+// them past the grace period (docs/architecture.md "Teardown when
+// containerd fails"). A variable only so that tests can shorten them.
+var daemonDeadlines = struct {
+	// step: one teardown step (delete the task, the container, the
+	// snapshot), its retries included.
+	step time.Duration
+	// create: each step that creates (base image, image view, container,
+	// task) or starts the task; runc create mounts the rootfs, slower
+	// than a delete on a loaded host.
+	create time.Duration
+	// gc: the collection of abandoned runs before a run.
+	gc time.Duration
+}{step: 5 * time.Second, create: 30 * time.Second, gc: 15 * time.Second}
+
+// killWait bounds the wait for the cgroup (or, without one, init) to
+// empty after SIGKILL.
+const killWait = 30 * time.Second
 
 // stopAll ends every process of the run: SIGTERM to init (or, when init
 // already exited, to whoever is left), a grace period that ends early once
@@ -84,7 +89,7 @@ func (x *execution) stopAll(ctx context.Context) error {
 		}
 	default:
 		// Neither a cgroup nor a pidfd: containerd's kill-all is what is left.
-		err := x.daemonCall(ctx, daemonStepTimeout, func(ctx context.Context) error {
+		err := x.daemonCall(ctx, daemonDeadlines.step, func(ctx context.Context) error {
 			return x.task.Kill(ctx, unix.SIGKILL, containerd.WithKillAll)
 		})
 		if err != nil && !errdefs.IsNotFound(err) && !isAlreadyStopped(err) {
@@ -102,7 +107,7 @@ func (x *execution) signalInit(ctx context.Context, sig unix.Signal) error {
 		_, err := x.init.Signal(sig)
 		return err
 	}
-	err := x.daemonCall(ctx, daemonStepTimeout, func(ctx context.Context) error { return x.task.Kill(ctx, sig) })
+	err := x.daemonCall(ctx, daemonDeadlines.step, func(ctx context.Context) error { return x.task.Kill(ctx, sig) })
 	if err != nil && !errdefs.IsNotFound(err) && !isAlreadyStopped(err) {
 		return err
 	}
@@ -207,13 +212,13 @@ func (x *execution) daemonCall(ctx context.Context, timeout time.Duration, call 
 
 // daemonStep is one containerd step of teardown that removes resource
 // what (task, container, snapshot): retried while the resource is briefly
-// busy, within daemonStepTimeout in all. Once containerd has been found
+// busy, within daemonDeadlines.step in all. Once containerd has been found
 // unreachable the step is not tried; a step that fails leaves its resource
 // in Result.Leftovers, for hookbox gc (docs/contracts.md 2.4).
 func (x *execution) daemonStep(ctx context.Context, what string, step func(context.Context) error) error {
 	err := x.daemonErr
 	if err == nil {
-		deadline := time.Now().Add(daemonStepTimeout)
+		deadline := time.Now().Add(daemonDeadlines.step)
 		for attempt := 0; ; attempt++ {
 			err = x.daemonCall(ctx, time.Until(deadline), step)
 			if err == nil {
@@ -238,8 +243,12 @@ func daemonUnreachable(err error) bool {
 		return false
 	}
 	// A task's exit status carries the wait's gRPC error unconverted.
-	native := errgrpc.ToNative(err)
-	return errdefs.IsUnavailable(native) || errdefs.IsDeadlineExceeded(native) || errors.Is(err, context.DeadlineExceeded)
+	for _, e := range []error{err, errgrpc.ToNative(err)} {
+		if errdefs.IsUnavailable(e) || errdefs.IsDeadlineExceeded(e) || errors.Is(e, context.DeadlineExceeded) {
+			return true
+		}
+	}
+	return false
 }
 
 // noteDaemonError keeps the first error that showed containerd
