@@ -80,6 +80,17 @@ type env struct {
 	keyDir   string // $HOOKBOX_KEY_DIR of the hookbox it runs
 	extraEnv []string
 	specs    []string // names of specs written by helpers that number them
+	// address is the containerd the test's runs use when it is not the
+	// system one (a managed daemon of the test's own).
+	address string
+}
+
+// containerd is the address of the containerd the test's runs use.
+func (e *env) containerd() string {
+	if e.address != "" {
+		return e.address
+	}
+	return containerdAddress()
 }
 
 func newEnv(t *testing.T) *env {
@@ -226,14 +237,14 @@ func markerProcesses(marker string) []int {
 // tmpfs or cgroup, and that gc finds nothing to do.
 func (e *env) assertNothingLeft(runID string) {
 	e.t.Helper()
-	out, err := exec.Command("ctr", "--address", containerdAddress(), "-n", "hookbox", "containers", "ls", "-q").CombinedOutput()
+	out, err := exec.Command("ctr", "--address", e.containerd(), "-n", "hookbox", "containers", "ls", "-q").CombinedOutput()
 	if err != nil {
 		e.t.Fatalf("ctr: %v %s", err, out)
 	}
 	if strings.Contains(string(out), runID) {
 		e.t.Errorf("container %s is still there", runID)
 	}
-	out, _ = exec.Command("ctr", "--address", containerdAddress(), "-n", "hookbox", "snapshots", "--snapshotter", "overlayfs", "ls").CombinedOutput()
+	out, _ = exec.Command("ctr", "--address", e.containerd(), "-n", "hookbox", "snapshots", "--snapshotter", "overlayfs", "ls").CombinedOutput()
 	if strings.Contains(string(out), runID) {
 		e.t.Errorf("snapshot %s is still there", runID)
 	}
@@ -246,7 +257,7 @@ func (e *env) assertNothingLeft(runID string) {
 			e.t.Errorf("cgroup %s/%s is still there", root, runID)
 		}
 	}
-	gc := exec.Command(hookboxBin, "gc", "--json", "--state-dir", e.state)
+	gc := e.command(context.Background(), "gc", "--json", "--state-dir", e.state)
 	gcOut, err := gc.Output()
 	if err != nil {
 		e.t.Fatalf("gc: %v", err)

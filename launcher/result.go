@@ -44,7 +44,12 @@ const (
 	// limits.output; result.json output says how much was dropped.
 	ReasonOutputTruncated    = "output-truncated"
 	ReasonTeardownIncomplete = "teardown-incomplete"
-	ReasonTracerNotRun       = "tracer-not-run"
+	// ReasonContainerdUnreachable: containerd stopped answering during the
+	// run or its teardown (it died, or did not reply within a step's
+	// deadline). Teardown went on through the kernel; what only containerd
+	// can remove is listed in Result.Leftovers for hookbox gc.
+	ReasonContainerdUnreachable = "containerd-unreachable"
+	ReasonTracerNotRun          = "tracer-not-run"
 	// ReasonNoRunCgroup (degraded): a rootless run without a delegated
 	// cgroup2 subtree has no cgroup of its own.
 	ReasonNoRunCgroup = "run-cgroup-unavailable"
@@ -82,7 +87,12 @@ type Result struct {
 	// Degraded lists, as reason ids, protections the backend could not
 	// give this run (rootless: limit-unavailable:memory, run-cgroup-
 	// unavailable…); hookbox doctor says why and how to fix each.
-	Degraded  []string  `json:"degraded,omitempty"`
+	Degraded []string `json:"degraded,omitempty"`
+	// Leftovers are the run's resources teardown could not remove, or
+	// could not confirm gone because containerd did not answer (task,
+	// container, snapshot, cgroup, tmpfs), with reason teardown-incomplete:
+	// hookbox gc removes them later and marks the record collected.
+	Leftovers []string  `json:"leftovers,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	StartedAt time.Time `json:"started_at"`
 	EndedAt   time.Time `json:"ended_at"`

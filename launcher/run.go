@@ -134,8 +134,11 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A cheap collection of what abandoned runs left, before adding a run.
-	collected, _ := GC(ctx, opts.Backend.Client, opts.StateDir, false)
+	// A cheap collection of what abandoned runs left, before adding a run;
+	// a daemon that stopped answering since it was resolved cannot hold it.
+	gcCtx, cancelGC := context.WithTimeout(ctx, daemonDeadlines.gc)
+	collected, _ := GC(gcCtx, opts.Backend.Client, opts.StateDir, false)
+	cancelGC()
 	started := time.Now()
 	dir := filepath.Join(RunsDir(opts.StateDir), id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -180,6 +183,14 @@ type execution struct {
 	container containerd.Container
 	task      containerd.Task
 	exitCh    <-chan containerd.ExitStatus
+	// stopWaiting ends containerd's wait on the task once teardown is done.
+	stopWaiting context.CancelFunc
+	// init is the task's init pinned by its pidfd (nil on a kernel without
+	// pidfds): teardown signals it and watches its exit through the kernel.
+	init *cgroup.Process
+	// daemonErr is the first error that showed containerd unreachable
+	// during the run or its teardown (ReasonContainerdUnreachable).
+	daemonErr error
 	cg        *cgroup.Run
 	stdoutW   *io.PipeWriter
 	readerWG  sync.WaitGroup
@@ -330,7 +341,11 @@ func (x *execution) prepare() error {
 	x.startTracer()
 
 	x.progress("image", "base image")
-	img, err := x.ensureImage()
+	var img containerd.Image
+	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
+		img, err = x.ensureImage(ctx)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -396,18 +411,25 @@ func (x *execution) prepare() error {
 		return err
 	}
 
-	rootfs, err := x.rootfsMounts(img)
+	var rootfs []mount.Mount
+	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
+		rootfs, err = x.rootfsMounts(ctx, img)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	x.progress("container", "create")
-	x.container, err = x.opts.Backend.Client.NewContainer(x.ctx, x.id,
-		containerd.WithSpec(spec),
-		containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.Backend.RuncRoot)),
-		containerd.WithContainerLabels(map[string]string{
-			LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
-			LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwnerStart: x.ownerStart,
-		}))
+	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
+		x.container, err = x.opts.Backend.Client.NewContainer(ctx, x.id,
+			containerd.WithSpec(spec),
+			containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.Backend.RuncRoot)),
+			containerd.WithContainerLabels(map[string]string{
+				LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
+				LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwnerStart: x.ownerStart,
+			}))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create container: %w", err)
 	}
@@ -464,7 +486,7 @@ func runtimeOptions(runcRoot string) any {
 }
 
 // ensureImage imports the base image unless containerd has it unpacked.
-func (x *execution) ensureImage() (containerd.Image, error) {
+func (x *execution) ensureImage(ctx context.Context) (containerd.Image, error) {
 	def, err := images.HostDefinition()
 	if err != nil {
 		return nil, err
@@ -473,33 +495,33 @@ func (x *execution) ensureImage() (containerd.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := x.opts.Backend.Client.GetImage(x.ctx, built.Name)
+	img, err := x.opts.Backend.Client.GetImage(ctx, built.Name)
 	if err == nil {
-		if ok, _ := img.IsUnpacked(x.ctx, images.Snapshotter); ok {
+		if ok, _ := img.IsUnpacked(ctx, images.Snapshotter); ok {
 			return img, nil
 		}
 	} else if !errdefs.IsNotFound(err) {
 		return nil, fmt.Errorf("look up base image: %w", err)
 	}
 	x.progress("image", "import %s", built.Name)
-	return images.Import(x.ctx, x.opts.Backend.Client, built)
+	return images.Import(ctx, x.opts.Backend.Client, built)
 }
 
 // rootfsMounts makes a read-only view of the base image and returns the
 // rootfs: an overlay with the runfiles tree above the image's layers.
-func (x *execution) rootfsMounts(img containerd.Image) ([]mount.Mount, error) {
-	diffIDs, err := img.RootFS(x.ctx)
+func (x *execution) rootfsMounts(ctx context.Context, img containerd.Image) ([]mount.Mount, error) {
+	diffIDs, err := img.RootFS(ctx)
 	if err != nil {
 		return nil, err
 	}
 	// The view is held by a lease named after the run, so containerd's
 	// garbage collector leaves it alone until teardown (or gc) drops both.
-	if _, err := x.opts.Backend.Client.LeasesService().Create(x.ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
+	if _, err := x.opts.Backend.Client.LeasesService().Create(ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
 		leases.WithLabels(x.ownerLabels())); err != nil && !errdefs.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("lease for the base image view: %w", err)
 	}
 	sn := x.opts.Backend.Client.SnapshotService(images.Snapshotter)
-	view, err := sn.View(leases.WithLease(x.ctx, x.id), x.id, identity.ChainID(diffIDs).String(),
+	view, err := sn.View(leases.WithLease(ctx, x.id), x.id, identity.ChainID(diffIDs).String(),
 		snapshots.WithLabels(x.ownerLabels()))
 	if err != nil {
 		return nil, fmt.Errorf("base image view: %w", err)
@@ -534,18 +556,23 @@ func (x *execution) create() error {
 	if x.stderr, err = x.openOutput(StderrFile, "stderr", 0o600); err != nil {
 		return err
 	}
-	x.task, err = x.container.NewTask(x.ctx, cio.NewCreator(x.stdioOpts()...), containerd.WithRootFS(x.rootfs))
+	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
+		x.task, err = x.container.NewTask(ctx, cio.NewCreator(x.stdioOpts()...), containerd.WithRootFS(x.rootfs))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create task: %w", err)
 	}
 	// Not x.ctx: cancelling hookbox must not look like the engine exiting.
-	if x.exitCh, err = x.task.Wait(context.WithoutCancel(x.ctx)); err != nil {
+	waitCtx, stopWaiting := context.WithCancel(context.WithoutCancel(x.ctx))
+	x.stopWaiting = stopWaiting
+	if x.exitCh, err = x.task.Wait(waitCtx); err != nil {
 		return fmt.Errorf("wait task: %w", err)
 	}
 	pid := int(x.task.Pid())
-	startTime, err := host.StartTime(pid)
+	startTime, err := x.pinInit(pid)
 	if err != nil {
-		return fmt.Errorf("read init start time: %w", err)
+		return err
 	}
 	if err := x.openCgroup(pid); err != nil {
 		return err
@@ -580,11 +607,31 @@ func (x *execution) create() error {
 	go x.readStdout(stdoutR)
 	// The engine may print (and a reader react, e.g. with Ctrl-C) before
 	// Start's reply arrives: once created, starting is not abandoned.
-	if err := x.task.Start(context.WithoutCancel(x.ctx)); err != nil {
+	err = x.daemonCall(context.WithoutCancel(x.ctx), daemonDeadlines.create, func(ctx context.Context) error { return x.task.Start(ctx) })
+	if err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
 	x.engineStarted = true
 	return nil
+}
+
+// pinInit opens a pidfd on the task's init and returns its start time, the
+// identity the spawn record keeps (docs/contracts.md 1.3). On a kernel
+// without pidfds init is only read, and containerd signals it.
+func (x *execution) pinInit(pid int) (uint64, error) {
+	p, err := cgroup.OpenProcess(pid, 0)
+	if errors.Is(err, cgroup.ErrNotSupported) {
+		start, err := host.StartTime(pid)
+		if err != nil {
+			return 0, fmt.Errorf("read init start time: %w", err)
+		}
+		return start, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("pin the task's init: %w", err)
+	}
+	x.init = p
+	return p.StartTime, nil
 }
 
 func (x *execution) stdioOpts() []cio.Opt {
@@ -650,6 +697,9 @@ func (x *execution) readStdout(r io.Reader) {
 }
 
 // wait blocks until the engine exits, a watchdog fires or ctx is cancelled.
+// The engine's exit is seen by the kernel (init's pidfd) or by containerd,
+// whichever comes first; the watchdogs are hookbox's own timers, so they
+// fire on time whatever containerd does.
 func (x *execution) wait() {
 	l := x.r.Limits
 	timeout := time.NewTimer(time.Duration(l.TimeoutMS) * time.Millisecond)
@@ -665,8 +715,15 @@ func (x *execution) wait() {
 	for {
 		select {
 		case st := <-x.exitCh:
-			x.recordExit(st)
+			x.exitCh = nil
+			if err := st.Error(); err != nil {
+				x.lostTask(err)
+			} else {
+				x.recordExit(st)
+			}
 			return
+		case <-x.initDone():
+			return // teardown collects the status
 		case <-x.activity:
 			if !sawOutput {
 				sawOutput, firstOutput = true, nil
@@ -700,12 +757,18 @@ func (x *execution) recordExit(st containerd.ExitStatus) {
 	if !x.engineStarted {
 		return
 	}
-	if err := st.Error(); err != nil {
-		x.result.Error = "wait: " + err.Error()
-		return
-	}
 	code := int(st.ExitCode())
 	x.result.ExitCode = &code
+}
+
+// lostTask: containerd stopped reporting on the task (it died, or the
+// wait broke) while the engine ran. hookbox can no longer account for the
+// run through it, so the run ends as an infrastructure error and teardown
+// ends the engine through the kernel.
+func (x *execution) lostTask(err error) {
+	x.noteDaemonError(err)
+	x.result.Status = StatusInfraError
+	x.result.Error = strings.TrimPrefix(x.result.Error+"; containerd stopped reporting on the task: "+err.Error(), "; ")
 }
 
 // teardown ends every process of the run and removes every resource. It
@@ -725,13 +788,14 @@ func (x *execution) teardown() {
 	if x.task != nil {
 		fail("stop", x.stopAll(ctx))
 		oom := x.cg != nil && cgroupOOM(x.cg)
-		fail("delete task", retry(func() error {
-			if _, err := x.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				return err
-			}
-			return nil
-		}))
+		fail("delete task", x.daemonStep(ctx, "task", x.deleteTask))
 		x.decideStatus(oom)
+	}
+	if x.stopWaiting != nil {
+		x.stopWaiting()
+	}
+	if x.init != nil {
+		x.init.Close()
 	}
 	// The engine is gone: end its proxied connections and sum them up.
 	fail("stop egress proxy", x.stopEgress())
@@ -756,13 +820,29 @@ func (x *execution) teardown() {
 			}
 		}()
 	}
-	fail("delete container", retry(func() error { return x.deleteContainer(ctx) }))
-	fail("delete snapshot", retry(func() error { return x.deleteSnapshot(ctx) }))
+	fail("delete container", x.daemonStep(ctx, "container", x.deleteContainer))
+	fail("delete snapshot", x.daemonStep(ctx, "snapshot", x.deleteSnapshot))
 	if x.cg != nil {
-		fail("remove cgroup", retry(x.cg.Remove))
+		if err := retry(x.cg.Remove); err != nil {
+			fail("remove cgroup", err)
+			x.result.Leftovers = append(x.result.Leftovers, "cgroup")
+		}
 	}
 	harvested.Wait()
-	fail("unmount run dir", unmountErr)
+	if unmountErr != nil {
+		fail("unmount run dir", unmountErr)
+		x.result.Leftovers = append(x.result.Leftovers, "tmpfs")
+	}
+	if x.daemonErr != nil {
+		x.result.Reasons = append(x.result.Reasons, ReasonContainerdUnreachable)
+	}
+	if len(x.result.Leftovers) > 0 {
+		left := "left for hookbox gc: " + strings.Join(x.result.Leftovers, ", ")
+		if x.daemonErr != nil {
+			left += fmt.Sprintf(" (it removes them once containerd at %s answers again)", x.opts.Backend.Address)
+		}
+		problems = append(problems, left)
+	}
 	if len(problems) > 0 {
 		x.result.Reasons = append(x.result.Reasons, ReasonTeardownIncomplete)
 		if x.result.Status != StatusInfraError {

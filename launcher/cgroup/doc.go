@@ -47,6 +47,11 @@
 // Only a process in uninterruptible sleep can keep that loop going, and no
 // signal can end such a process sooner.
 //
+// Process pins one process (a run's init) with a pidfd: it is signalled,
+// and its exit and exit status read, through the kernel, so teardown and
+// the watchdogs need no answer from the container runtime
+// (docs/architecture.md "Teardown when containerd fails").
+//
 // Paths are interpreted in the caller's cgroup namespace (the host's, for
 // hookbox), as are the pids it reads and signals.
 package cgroup
