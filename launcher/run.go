@@ -25,6 +25,7 @@ import (
 
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -34,6 +35,7 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 
 	"hookbox.dev/hookbox/attest"
+	"hookbox.dev/hookbox/internal/faultpoint"
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/internal/config/secretsconf"
 	"hookbox.dev/hookbox/internal/host"
@@ -135,7 +137,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 		return nil, err
 	}
 	// A cheap collection of what abandoned runs left, before adding a run.
-	collected, _ := GC(ctx, opts.Backend.Client, opts.StateDir, false)
+	collected, _ := GC(ctx, opts.Backend, opts.StateDir, false)
 	started := time.Now()
 	dir := filepath.Join(RunsDir(opts.StateDir), id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -143,7 +145,9 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	}
 	x := &execution{
 		opts: opts, env: env, secretStream: secretStream, credentials: credentials, r: r, id: id, dir: dir, started: started,
-		ctx: namespaces.WithNamespace(ctx, oci.Namespace),
+		// Every request carries the run's lease (holdLease creates it
+		// before the first request that could use it).
+		ctx: leases.WithLease(namespaces.WithNamespace(ctx, oci.Namespace), id),
 		result: &Result{SchemaVersion: ResultSchemaVersion, RunID: id, Spawn: r.Spawn, PlanDigest: planDigest, StartedAt: started.UTC(), RecordDir: dir,
 			Trace: TraceResult{Status: verify.StatusUnchecked, Reasons: []string{ReasonTracerNotRun}}},
 	}
@@ -328,6 +332,9 @@ func (x *execution) prepare() error {
 		return fmt.Errorf("write intent: %w", err)
 	}
 	x.startTracer()
+	if err := x.holdLease(); err != nil {
+		return err
+	}
 
 	x.progress("image", "base image")
 	img, err := x.ensureImage()
@@ -401,17 +408,38 @@ func (x *execution) prepare() error {
 		return err
 	}
 	x.progress("container", "create")
+	faultpoint.Reach(faultpoint.BeforeCreate)
 	x.container, err = x.opts.Backend.Client.NewContainer(x.ctx, x.id,
 		containerd.WithSpec(spec),
 		containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.Backend.RuncRoot)),
 		containerd.WithContainerLabels(map[string]string{
 			LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
 			LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwnerStart: x.ownerStart,
-		}))
+		}),
+		func(context.Context, *containerd.Client, *containers.Container) error {
+			faultpoint.Reach(faultpoint.CreateContainer)
+			return nil
+		})
 	if err != nil {
 		return fmt.Errorf("create container: %w", err)
 	}
+	faultpoint.Reach(faultpoint.ContainerCreated)
 	x.rootfs = rootfs
+	return nil
+}
+
+// holdLease creates the run's lease, named after the run and labelled
+// with it and its owner. x.ctx names it on every request, so what
+// containerd creates for the run (the image import's content, the base
+// image view, what the client would otherwise hold with an unlabelled
+// lease of its own while it creates the container) is held by it: a
+// hookbox killed at any point leaves no lease gc cannot attribute, and
+// teardown or gc drop it with the view (docs/architecture.md, "gc").
+func (x *execution) holdLease() error {
+	if _, err := x.opts.Backend.Client.LeasesService().Create(x.ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
+		leases.WithLabels(x.ownerLabels())); err != nil && !errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("lease for the run's containerd resources: %w", err)
+	}
 	return nil
 }
 
@@ -492,14 +520,11 @@ func (x *execution) rootfsMounts(img containerd.Image) ([]mount.Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The view is held by a lease named after the run, so containerd's
-	// garbage collector leaves it alone until teardown (or gc) drops both.
-	if _, err := x.opts.Backend.Client.LeasesService().Create(x.ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
-		leases.WithLabels(x.ownerLabels())); err != nil && !errdefs.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("lease for the base image view: %w", err)
-	}
+	// The view is held by the run's lease (x.ctx carries it), so
+	// containerd's garbage collector leaves it alone until teardown (or gc)
+	// drops both.
 	sn := x.opts.Backend.Client.SnapshotService(images.Snapshotter)
-	view, err := sn.View(leases.WithLease(x.ctx, x.id), x.id, identity.ChainID(diffIDs).String(),
+	view, err := sn.View(x.ctx, x.id, identity.ChainID(diffIDs).String(),
 		snapshots.WithLabels(x.ownerLabels()))
 	if err != nil {
 		return nil, fmt.Errorf("base image view: %w", err)
@@ -534,10 +559,14 @@ func (x *execution) create() error {
 	if x.stderr, err = x.openOutput(StderrFile, "stderr", 0o600); err != nil {
 		return err
 	}
+	faultpoint.Reach(faultpoint.BeforeNewTask)
+	inFlight := faultpoint.While(faultpoint.NewTask, x.shimStarted)
 	x.task, err = x.container.NewTask(x.ctx, cio.NewCreator(x.stdioOpts()...), containerd.WithRootFS(x.rootfs))
+	inFlight()
 	if err != nil {
 		return fmt.Errorf("create task: %w", err)
 	}
+	faultpoint.Reach(faultpoint.TaskCreated)
 	// Not x.ctx: cancelling hookbox must not look like the engine exiting.
 	if x.exitCh, err = x.task.Wait(context.WithoutCancel(x.ctx)); err != nil {
 		return fmt.Errorf("wait task: %w", err)
@@ -580,6 +609,7 @@ func (x *execution) create() error {
 	go x.readStdout(stdoutR)
 	// The engine may print (and a reader react, e.g. with Ctrl-C) before
 	// Start's reply arrives: once created, starting is not abandoned.
+	faultpoint.Reach(faultpoint.BeforeStart)
 	if err := x.task.Start(context.WithoutCancel(x.ctx)); err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
@@ -651,6 +681,7 @@ func (x *execution) readStdout(r io.Reader) {
 
 // wait blocks until the engine exits, a watchdog fires or ctx is cancelled.
 func (x *execution) wait() {
+	faultpoint.Reach(faultpoint.Running)
 	l := x.r.Limits
 	timeout := time.NewTimer(time.Duration(l.TimeoutMS) * time.Millisecond)
 	defer timeout.Stop()
@@ -725,12 +756,15 @@ func (x *execution) teardown() {
 	if x.task != nil {
 		fail("stop", x.stopAll(ctx))
 		oom := x.cg != nil && cgroupOOM(x.cg)
+		faultpoint.Reach(faultpoint.BeforeTaskDelete)
+		inFlight := faultpoint.While(faultpoint.TaskDelete, x.shimDeleting())
 		fail("delete task", retry(func() error {
 			if _, err := x.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 				return err
 			}
 			return nil
 		}))
+		inFlight()
 		x.decideStatus(oom)
 	}
 	// The engine is gone: end its proxied connections and sum them up.
@@ -750,6 +784,7 @@ func (x *execution) teardown() {
 		go func() {
 			defer harvested.Done()
 			x.harvest()
+			faultpoint.Reach(faultpoint.Unmount)
 			unmountErr = retry(func() error { return mounts.Unmount(x.runDir) })
 			if x.workspaceStore != "" {
 				unmountErr = errors.Join(unmountErr, retry(func() error { return mounts.Unmount(x.workspaceStore) }))

@@ -12,6 +12,7 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 
+	"hookbox.dev/hookbox/internal/faultpoint"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/render"
 )
@@ -33,6 +34,7 @@ func (x *execution) stopAll(ctx context.Context) error {
 			x.cg.KillAll(syscall.SIGTERM)
 		}
 	}
+	faultpoint.Reach(faultpoint.Grace)
 	// The grace period ends as soon as the cgroup is empty.
 	if x.cg != nil {
 		graceCtx, cancel := context.WithTimeout(ctx, x.opts.Grace)
@@ -144,6 +146,7 @@ func (x *execution) harvest() {
 		x.result.Error = strings.TrimPrefix(x.result.Error+"; harvest: "+err.Error(), "; ")
 	}
 	x.result.Harvest = &report
+	faultpoint.Reach(faultpoint.Harvest)
 	if !report.Complete() {
 		x.result.Reasons = append(x.result.Reasons, ReasonHarvestPartial)
 	}
