@@ -81,9 +81,13 @@ type GCReport struct {
 // run for a later gc. Every step is idempotent: a resource already gone
 // counts as removed, so a second gc does nothing.
 func GC(ctx context.Context, b *Backend, stateDir string, dryRun bool) (*GCReport, error) {
-	g := &collector{ctx: namespaces.WithNamespace(ctx, oci.Namespace), dryRun: dryRun,
-		report: &GCReport{Live: []string{}, Actions: []GCAction{}, Left: []GCLeft{}},
-		live: map[string]bool{}, handled: map[string]bool{}}
+	g := &collector{
+		ctx:     namespaces.WithNamespace(ctx, oci.Namespace),
+		dryRun:  dryRun,
+		report:  &GCReport{Live: []string{}, Actions: []GCAction{}, Left: []GCLeft{}},
+		live:    map[string]bool{},
+		handled: map[string]bool{},
+	}
 	if b != nil && b.Client != nil {
 		g.client, g.address, g.state = b.Client, b.Address, b.State
 	}

@@ -35,9 +35,9 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 
 	"hookbox.dev/hookbox/attest"
-	"hookbox.dev/hookbox/internal/faultpoint"
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/internal/config/secretsconf"
+	"hookbox.dev/hookbox/internal/faultpoint"
 	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/mounts"

@@ -2,7 +2,8 @@
 // only: the fault suite (integration/faults_test.go) sets
 // HOOKBOX_TEST_FAULTPOINT=<point>, waits until hookbox has stopped itself
 // there and SIGKILLs it, so a kill lands exactly at a phase boundary instead
-// of after a guessed delay. docs/contracts.md §2 lists the points.
+// of after a guessed delay. docs/architecture.md ("Fault points") lists
+// the points.
 //
 // Unset (as in every real use), a point costs one string comparison and
 // does nothing. Armed, the process that reaches the point prints one line

@@ -39,17 +39,29 @@ type Shim struct {
 	Bundle    string // its working directory, the task's bundle ("" if removed)
 }
 
-// ParseShimArgs reads a shim's command line; ok is false for any other
-// program, or a shim whose namespace, id or address is missing.
+// ParseShimArgs reads a serving shim's command line; ok is false for any
+// other program, a shim command run for an action (`start`, `delete`: the
+// short-lived commands containerd runs to start or clean up a shim), or a
+// shim whose namespace, id or address is missing.
 func ParseShimArgs(args []string) (namespace, id, address string, ok bool) {
+	c, ok := parseShimCommand(args)
+	return c.namespace, c.id, c.address, ok && c.action == ""
+}
+
+// shimCommand is a containerd-shim command line.
+type shimCommand struct{ namespace, id, address, action string }
+
+func parseShimCommand(args []string) (shimCommand, bool) {
+	var c shimCommand
 	if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
-		return "", "", "", false
+		return c, false
 	}
-	flags := map[string]*string{"namespace": &namespace, "id": &id, "address": &address}
+	flags := map[string]*string{"namespace": &c.namespace, "id": &c.id, "address": &c.address}
 	for i := 1; i < len(args); i++ {
 		name := strings.TrimLeft(args[i], "-")
 		if name == args[i] {
-			break // the first non-flag (an action such as "start" or "delete") ends the flags
+			c.action = args[i] // the first non-flag is the action; it ends the flags
+			break
 		}
 		value, inline := "", false
 		if n, v, found := strings.Cut(name, "="); found {
@@ -64,14 +76,14 @@ func ParseShimArgs(args []string) (namespace, id, address string, ok bool) {
 		}
 		if !inline {
 			if i+1 >= len(args) {
-				return "", "", "", false
+				return c, false
 			}
 			i++
 			value = args[i]
 		}
 		*p = value
 	}
-	return namespace, id, address, namespace != "" && id != "" && address != ""
+	return c, c.namespace != "" && c.id != "" && c.address != ""
 }
 
 // Shims lists the running containerd shims. A process that exits while
@@ -153,6 +165,9 @@ func (s Shim) End(ctx context.Context) error {
 		if gone, err := p.exited(10 * time.Second); err != nil || !gone {
 			return fmt.Errorf("shim of task %s (pid %d) did not exit within 10s of SIGKILL (%v): check ps -o stat,wchan -p %d", s.ID, s.PID, err, s.PID)
 		}
+		// A containerd still connected to the shim sees it die and runs
+		// its own cleanup command: done once that has ended too.
+		waitShimCommands(s.Namespace, s.ID, 10*time.Second)
 	}
 	if s.Bundle == "" || !isTaskBundle(s.Bundle, s.Namespace, s.ID) {
 		// No bundle to remove: procfs did not show it, or the shim ran
@@ -164,6 +179,44 @@ func (s Shim) End(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// shimQuiet is how long no shim command for a task must run before
+// waitShimCommands is done: containerd reacts to a shim's death within
+// milliseconds, when it notices the connection close.
+const shimQuiet = 250 * time.Millisecond
+
+// waitShimCommands waits, up to timeout, until no shim command for task
+// id of namespace (a `delete` containerd runs for a shim it saw die) has
+// run for shimQuiet.
+func waitShimCommands(namespace, id string, timeout time.Duration) {
+	quietSince := time.Now()
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if shimCommandRuns(namespace, id) {
+			quietSince = time.Now()
+		} else if time.Since(quietSince) >= shimQuiet {
+			return
+		}
+	}
+}
+
+func shimCommandRuns(namespace, id string) bool {
+	pids, err := host.Pids()
+	if err != nil {
+		return false
+	}
+	for _, pid := range pids {
+		args, err := host.Cmdline(pid)
+		if err != nil {
+			continue
+		}
+		if c, ok := parseShimCommand(args); ok && c.namespace == namespace && c.id == id {
+			if st, err := host.ReadStat(pid); err == nil && !st.Exited() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // deleteTask runs `<shim> -namespace NS -address ADDR -id ID -bundle B

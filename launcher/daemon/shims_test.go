@@ -22,9 +22,9 @@ func TestParseShimArgs(t *testing.T) {
 			"hookbox", "hbx-1", "/run/containerd/containerd.sock", true},
 		{[]string{"containerd-shim-runc-v2", "--namespace=k8s.io", "-debug", "-id=abc", "-publish-binary", "/usr/bin/containerd", "-address", "/a.sock"},
 			"k8s.io", "abc", "/a.sock", true},
-		// The action ends the flags (containerd runs `... start` and `... delete`).
-		{[]string{"containerd-shim-runc-v2", "-namespace", "n", "-id", "i", "-address", "/a", "delete", "-id", "other"},
-			"n", "i", "/a", true},
+		// A shim command run for an action is not a serving shim.
+		{[]string{"containerd-shim-runc-v2", "-namespace", "n", "-id", "i", "-address", "/a", "delete"}, "", "", "", false},
+		{[]string{"containerd-shim-runc-v2", "-namespace", "n", "-id", "i", "-address", "/a", "-bundle", "/b", "start"}, "", "", "", false},
 		{[]string{"containerd-shim-runc-v2", "-namespace", "n", "-id", "i"}, "n", "i", "", false},
 		{[]string{"containerd-shim-runc-v2", "-namespace", "n", "-id"}, "", "", "", false},
 		{[]string{"containerd", "-namespace", "n", "-id", "i", "-address", "/a"}, "", "", "", false},
