@@ -318,8 +318,10 @@ func TestGCWithoutContainerdLeavesTheRunForLater(t *testing.T) {
 }
 
 // TestGCEndsLostShims: hookbox killed while containerd creates its task
-// leaves a shim containerd does not track (no task, its container and
-// bundle still there); gc ends it and removes its bundle.
+// leaves a shim containerd does not track (no task; its container and
+// bundle still there); one gc leaves nothing of it: no shim, bundle, runc
+// state or rootfs mount. (containerd's own cleanup of the cancelled create
+// sometimes ends the shim first, but never removes the bundle in time.)
 func TestGCEndsLostShims(t *testing.T) {
 	e := newEnv(t)
 	requireSystemContainerd(t)
@@ -328,12 +330,14 @@ func TestGCEndsLostShims(t *testing.T) {
 	id, began := e.killAt(e.faultSpec(), state, faultpoint.NewTask)
 	killed := time.Now()
 	recordDir := filepath.Join(launcher.RunsDir(state), id)
-	if n := leftovers(t, id, recordDir, began, killed); n["shim"] != 1 || n["task"] != 0 {
-		t.Fatalf("test setup: hookbox killed during the task create request should leave a shim containerd does not track: %v", n)
+	if n := leftovers(t, id, recordDir, began, killed); n["shim"] != 1 || n["task"] != 0 || n["bundle"] == 0 {
+		t.Fatalf("test setup: hookbox killed during the task create request should leave a shim and bundle containerd does not track: %v", n)
 	}
-	if report, code := e.gc(state); code != 0 || !slices.ContainsFunc(report.Actions, func(a launcher.GCAction) bool { return a.RunID == id && a.What == "shim" }) {
-		t.Errorf("gc (exit %d) did not end the lost shim: %q", code, touched(report, id))
+	report, code := e.gc(state)
+	if code != 0 {
+		t.Errorf("gc exited %d: %q", code, touched(report, id))
 	}
+	t.Logf("gc: %q", touched(report, id))
 	for k, v := range leftovers(t, id, recordDir, began, killed) {
 		if v != 0 {
 			t.Errorf("after gc, %d %s left", v, k)

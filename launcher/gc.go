@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -248,17 +249,19 @@ func (g *collector) leftovers(dir string, intent *Intent) []GCLeft {
 	id := intent.RunID
 	var left []GCLeft
 	add := func(what, detail string) { left = append(left, GCLeft{RunID: id, What: what, Detail: detail}) }
-	if cg, err := cgroup.Open(intent.CgroupsPath); err == nil {
-		if members, _ := cg.Members(); len(members) > 0 {
-			add("processes", fmt.Sprintf("%v in %s", members, intent.CgroupsPath))
+	if intent.CgroupsPath != "" { // "": the run was to have no cgroup of its own
+		if cg, err := cgroup.Open(intent.CgroupsPath); err == nil {
+			if members, _ := cg.Members(); len(members) > 0 {
+				add("processes", fmt.Sprintf("%v in %s", members, intent.CgroupsPath))
+			}
 		}
-	}
-	if exists, err := cgroup.Exists(intent.CgroupsPath); exists || err != nil {
-		add("cgroup", fmt.Sprintf("%s %v", intent.CgroupsPath, errOrEmpty(err)))
+		if exists, err := cgroup.Exists(intent.CgroupsPath); exists || err != nil {
+			add("cgroup", strings.TrimSpace(intent.CgroupsPath+" "+errOrEmpty(err)))
+		}
 	}
 	for _, tmpfs := range []string{mounts.RunHostPaths(dir).RunDir, mounts.RunHostPaths(dir).WorkspaceStore} {
 		if mounted, err := mounts.IsMounted(tmpfs); mounted || err != nil {
-			add("tmpfs", fmt.Sprintf("%s %v", tmpfs, errOrEmpty(err)))
+			add("tmpfs", strings.TrimSpace(tmpfs+" "+errOrEmpty(err)))
 		}
 	}
 	shims, err := daemon.Shims()
@@ -277,13 +280,13 @@ func (g *collector) leftovers(dir string, intent *Intent) []GCLeft {
 	if c, err := g.client.LoadContainer(g.ctx, intent.ContainerID); err == nil {
 		add("container", intent.ContainerID)
 		if _, err := c.Task(g.ctx, nil); err == nil || !errdefs.IsNotFound(err) {
-			add("task", fmt.Sprintf("%s %v", intent.ContainerID, errOrEmpty(err)))
+			add("task", strings.TrimSpace(intent.ContainerID+" "+errOrEmpty(err)))
 		}
 	} else if !errdefs.IsNotFound(err) {
 		add("container", err.Error())
 	}
 	if exists, err := snapshotExists(g.ctx, g.client, intent.SnapshotKey); exists || err != nil {
-		add("snapshot", fmt.Sprintf("%s %v", intent.SnapshotKey, errOrEmpty(err)))
+		add("snapshot", strings.TrimSpace(intent.SnapshotKey+" "+errOrEmpty(err)))
 	}
 	if leaseExists(g.ctx, g.client, intent.SnapshotKey) {
 		add("lease", intent.SnapshotKey)

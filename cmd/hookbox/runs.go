@@ -207,7 +207,7 @@ func newDaemonCommand(h *hostFlags) *cobra.Command {
 	status.Flags().BoolVar(&jsonOut, "json", false, "print the status as one JSON object")
 	stop := &cobra.Command{
 		Use:   "stop",
-		Short: "Stop the managed containerd (SIGTERM, then SIGKILL after 10s); runs still using it fail",
+		Short: "Stop the managed containerd (SIGTERM, then SIGKILL after 10s) and, as root, end the tasks it ran; runs still using it fail",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stateDir := h.stateDir

@@ -28,7 +28,9 @@
 // Stopping the managed daemon ends what it ran: containerd leaves its
 // shims (and the tasks they serve) running when it exits, so Stop then ends
 // every shim started with this daemon's address and removes the task
-// bundles in its state directory (Managed.EndShims).
+// bundles in its state directory (Managed.EndShims). That is done as root
+// only: a rootless daemon's shims and tasks live in RootlessKit's user and
+// mount namespaces, and the next start of that daemon finds them.
 //
 // Shims are found as processes (Shims: a containerd-shim command line with
 // -namespace, -id and -address, working in the task's bundle), not through

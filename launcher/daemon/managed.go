@@ -355,13 +355,18 @@ func (m Managed) Status(ctx context.Context) (Status, error) {
 // Stop ends the managed daemon: SIGTERM, up to grace for it to exit, then
 // SIGKILL. Once begun it runs to completion: a cancelled ctx skips the rest
 // of the grace period, never the kill. It is retry-safe: no daemon running
-// is success. The pid file and sockets are removed. Then the daemon's
-// tasks are ended with it: every shim it started (and the task it serves)
-// and every task bundle left in its state directory (EndShims), so nothing
-// it ran outlives it.
+// is success. The pid file and sockets are removed. Then, as root, the
+// daemon's tasks are ended with it: every shim it started (and the task it
+// serves) and every task bundle left in its state directory (EndShims), so
+// nothing it ran outlives it. A rootless daemon's tasks live in
+// RootlessKit's namespaces, where this process is not: they are left to
+// the next start of the daemon, as before.
 func (m Managed) Stop(ctx context.Context, grace time.Duration) error {
 	if err := m.stopDaemon(ctx, grace); err != nil {
 		return err
+	}
+	if m.Rootless || !host.RealRoot() {
+		return nil
 	}
 	return m.EndShims(context.WithoutCancel(ctx))
 }
