@@ -17,11 +17,13 @@ import (
 	"github.com/containerd/containerd/api/services/tasks/v1"
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"hookbox.dev/hookbox/internal/faultpoint"
 	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher"
+	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/launcher/daemon"
 	"hookbox.dev/hookbox/oci"
 )
@@ -37,7 +39,7 @@ const (
 // leftoverKinds are the columns of the fault table: every kind of
 // resource a run can leave.
 var leftoverKinds = []string{"container", "task", "snapshot", "lease", "stray-lease", "shim", "bundle", "runc-state",
-	"mount", "cgroup", "process", "uncollected"}
+	"fifo", "mount", "cgroup", "process", "uncollected"}
 
 // faultSpec: an engine that writes an artifact, runs until the 2 s timeout,
 // and takes a second to exit on SIGTERM, so that a run passes every fault
@@ -184,6 +186,9 @@ func leftovers(t *testing.T, id, recordDir string, began, killed time.Time) map[
 	if _, err := os.Lstat(filepath.Join(systemRuncRoot, oci.Namespace, id)); err == nil {
 		n["runc-state"]++
 	}
+	// The containerd client's stdio FIFOs: <fifo dir>/<random>/<id>-stdout…
+	fifos, _ := filepath.Glob(filepath.Join(defaults.DefaultFIFODir, "*", id+"-std*"))
+	n["fifo"] = len(fifos)
 	mounts, err := host.Mounts()
 	if err != nil {
 		t.Fatal(err)
@@ -193,9 +198,12 @@ func leftovers(t *testing.T, id, recordDir string, began, killed time.Time) map[
 			n["mount"]++
 		}
 	}
-	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/hookbox/" + id)
-	if _, err := os.Stat("/sys/fs/cgroup/hookbox/" + id); err == nil {
-		cgroups = append(cgroups, "/sys/fs/cgroup/hookbox/"+id)
+	// The run's cgroup, and those of its host-side helpers (cgroup.HelperName).
+	var cgroups []string
+	for _, pattern := range []string{"/sys/fs/cgroup/*/hookbox/" + id, "/sys/fs/cgroup/hookbox/" + id,
+		"/sys/fs/cgroup/*" + cgroup.HelperParent + "/" + id + ".*", "/sys/fs/cgroup" + cgroup.HelperParent + "/" + id + ".*"} {
+		found, _ := filepath.Glob(pattern)
+		cgroups = append(cgroups, found...)
 	}
 	n["cgroup"] = len(cgroups)
 	pids, err := host.Pids()

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 
@@ -47,7 +49,7 @@ type Collected struct {
 // GCAction is one thing gc did (or, with DryRun, would do).
 type GCAction struct {
 	RunID  string `json:"run_id"`
-	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, tmpfs, cgroup, helper-cgroup
+	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, fifo, tmpfs, cgroup, helper-cgroup
 	Detail string `json:"detail,omitempty"`
 	Error  string `json:"error,omitempty"`
 }
@@ -57,7 +59,8 @@ type GCAction struct {
 type GCLeft struct {
 	RunID string `json:"run_id"`
 	// What: processes, task, container, snapshot, lease, shim, bundle,
-	// tmpfs, cgroup, or containerd (its resources could not be checked).
+	// fifo, tmpfs, cgroup, or containerd (its resources could not be
+	// checked).
 	What   string `json:"what"`
 	Detail string `json:"detail,omitempty"`
 }
@@ -73,7 +76,8 @@ type GCReport struct {
 
 // GC removes what runs whose hookbox process is gone left behind:
 // processes in their cgroup, tasks, containers, snapshots, leases, shims
-// and task bundles containerd no longer tracks, tmpfs mounts and cgroups
+// and task bundles containerd no longer tracks, stdio FIFOs, tmpfs mounts
+// and cgroups
 // (docs/architecture.md, "gc"). A run is live while its recorded hookbox
 // pid exists with the recorded start time (a reissued pid does not count).
 // A run is marked collected only once every resource is checked and gone;
@@ -88,6 +92,10 @@ func GC(ctx context.Context, b *Backend, stateDir string, dryRun bool) (*GCRepor
 		report:  &GCReport{Live: []string{}, Actions: []GCAction{}, Left: []GCLeft{}},
 		live:    map[string]bool{},
 		handled: map[string]bool{},
+	}
+	g.fifoRoot = defaults.DefaultFIFODir
+	if b != nil && b.FIFODir != "" {
+		g.fifoRoot = b.FIFODir
 	}
 	if b != nil && b.Client != nil {
 		g.client, g.address, g.state = b.Client, b.Address, b.State
@@ -136,6 +144,8 @@ type collector struct {
 	client  *containerd.Client
 	address string
 	state   string
+	// fifoRoot is where the containerd client makes tasks' stdio FIFOs.
+	fifoRoot string
 	// live: runs of this state dir whose hookbox runs; handled: runs the
 	// records pass collected (the namespace sweep leaves both alone).
 	live, handled map[string]bool
@@ -205,6 +215,9 @@ func (g *collector) collectRun(dir string, intent *Intent) {
 			g.do(id, "bundle", bundle, func() error { return daemon.RemoveBundle(bundle) })
 		}
 	}
+	for _, fifos := range fifoSets(g.fifoRoot)[intent.ContainerID] {
+		g.do(id, "fifo", fifos, func() error { return os.RemoveAll(fifos) })
+	}
 	for _, tmpfs := range []string{mounts.RunHostPaths(dir).RunDir, mounts.RunHostPaths(dir).WorkspaceStore} {
 		if mounted, _ := mounts.IsMounted(tmpfs); mounted {
 			g.do(id, "tmpfs", tmpfs, func() error { return mounts.Unmount(tmpfs) })
@@ -264,6 +277,9 @@ func (g *collector) leftovers(dir string, intent *Intent) []GCLeft {
 			add("tmpfs", strings.TrimSpace(tmpfs+" "+errOrEmpty(err)))
 		}
 	}
+	for _, fifos := range fifoSets(g.fifoRoot)[intent.ContainerID] {
+		add("fifo", fifos)
+	}
 	shims, err := daemon.Shims()
 	if err != nil {
 		add("shim", "listing processes: "+err.Error())
@@ -318,8 +334,8 @@ func errOrEmpty(err error) string {
 
 // sweep collects what the namespace holds of runs this state dir does not
 // record (another state dir's, or a record removed), once owner labels
-// prove the hookbox that made them is gone, and shims and task bundles
-// containerd no longer tracks.
+// prove the hookbox that made them is gone, and the shims, task bundles
+// and FIFO sets containerd no longer tracks (sweepLost).
 func (g *collector) sweep() error {
 	ctx, client := g.ctx, g.client
 	abandoned := func(id string, labels map[string]string) bool {
@@ -366,19 +382,20 @@ func (g *collector) sweep() error {
 	for _, name := range orphans {
 		g.do(name, "snapshot", "", func() error { return removeSnapshot(ctx, client, name) })
 	}
-	return g.sweepShims(abandoned)
+	return g.sweepLost(abandoned)
 }
 
-// bundleGrace: a task bundle no shim serves is left alone this long after
-// it was made, in case containerd is about to start its shim.
-const bundleGrace = time.Minute
+// orphanGrace: a task bundle or FIFO set no shim serves, of a run this
+// state dir does not record, is left alone this long after it was made, in
+// case containerd is about to start its shim.
+const orphanGrace = time.Minute
 
-// sweepShims ends the shims of this containerd's hookbox namespace that
-// containerd no longer tracks and removes the task bundles no shim serves,
-// unless a run that may still use them owns them: a task always has a
-// container, so a shim or bundle without one is lost, and one whose
-// container's owner is gone was left by a killed hookbox.
-func (g *collector) sweepShims(abandoned func(string, map[string]string) bool) error {
+// sweepLost ends the shims of this containerd's hookbox namespace that
+// containerd no longer tracks, and removes the task bundles and stdio FIFO
+// sets no shim serves, unless a run that may still use them owns them: a
+// task always has a container, so a shim or bundle without one is lost,
+// and one whose container's owner is gone was left by a killed hookbox.
+func (g *collector) sweepLost(abandoned func(string, map[string]string) bool) error {
 	ownerGone := func(id string) bool {
 		if g.live[id] || g.handled[id] {
 			return false
@@ -397,9 +414,14 @@ func (g *collector) sweepShims(abandoned func(string, map[string]string) bool) e
 	if err != nil {
 		return fmt.Errorf("list shims: %w", err)
 	}
-	served := map[string]bool{}
+	served := map[string]bool{}    // ids whose shim on this containerd stays
+	elsewhere := map[string]bool{} // ids with a shim of another containerd
 	for _, s := range shims {
-		if s.Namespace != oci.Namespace || !daemon.SameAddress(s.Address, g.address) {
+		if s.Namespace != oci.Namespace {
+			continue
+		}
+		if !daemon.SameAddress(s.Address, g.address) {
+			elsewhere[s.ID] = true
 			continue
 		}
 		if !ownerGone(s.ID) {
@@ -407,6 +429,21 @@ func (g *collector) sweepShims(abandoned func(string, map[string]string) bool) e
 			continue
 		}
 		g.do(s.ID, "shim", shimDetail(s), func() error { return s.End(g.ctx) })
+	}
+	// The FIFO directory is shared by every client of every containerd:
+	// only sets named like a hookbox run, that no shim of any containerd
+	// serves, that are not new (the client makes them just before it asks
+	// for the task) and whose run is not live on this containerd.
+	for id, dirs := range fifoSets(g.fifoRoot) {
+		if !runIDPattern.MatchString(id) || served[id] || elsewhere[id] || !ownerGone(id) {
+			continue
+		}
+		for _, fifos := range dirs {
+			if fi, err := os.Lstat(fifos); err != nil || time.Since(fi.ModTime()) < orphanGrace {
+				continue
+			}
+			g.do(id, "fifo", fifos, func() error { return os.RemoveAll(fifos) })
+		}
 	}
 	if g.state == "" {
 		return nil
@@ -420,12 +457,54 @@ func (g *collector) sweepShims(abandoned func(string, map[string]string) bool) e
 		if served[id] || g.handled[id] || g.live[id] {
 			continue
 		}
-		if fi, err := os.Lstat(bundle); err != nil || time.Since(fi.ModTime()) < bundleGrace || !ownerGone(id) {
+		if fi, err := os.Lstat(bundle); err != nil || time.Since(fi.ModTime()) < orphanGrace || !ownerGone(id) {
 			continue
 		}
 		g.do(id, "bundle", bundle, func() error { return daemon.RemoveBundle(bundle) })
 	}
 	return nil
+}
+
+// runIDPattern matches the ids NewRunID makes.
+var runIDPattern = regexp.MustCompile(`^hbx-[0-9a-z]+-[0-9a-f]{8}$`)
+
+// fifoSets finds the stdio FIFO sets under the containerd client's FIFO
+// directory, by task id. The client makes one directory per task
+// (cio.NewFIFOSetInDir: <root>/<random>/<id>-stdin, -stdout, -stderr) and
+// removes it when the task's IO is closed, which a killed hookbox never
+// does.
+func fifoSets(root string) map[string][]string {
+	sets := map[string][]string{}
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		files, err := os.ReadDir(dir)
+		if err != nil || len(files) == 0 {
+			continue
+		}
+		id := ""
+		for _, f := range files {
+			name := f.Name()
+			var fid string
+			for _, stream := range []string{"-stdin", "-stdout", "-stderr"} {
+				if t, ok := strings.CutSuffix(name, stream); ok {
+					fid = t
+				}
+			}
+			if fid == "" || (id != "" && fid != id) {
+				id = ""
+				break // not one task's FIFO set
+			}
+			id = fid
+		}
+		if id != "" {
+			sets[id] = append(sets[id], dir)
+		}
+	}
+	return sets
 }
 
 // finishedCleanly: the run wrote its result and its teardown removed every

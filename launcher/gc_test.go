@@ -91,3 +91,27 @@ func TestGCMarks(t *testing.T) {
 		t.Errorf("gc checked %v, want only the run with the legacy mark", checked)
 	}
 }
+
+func TestFIFOSets(t *testing.T) {
+	root := t.TempDir()
+	mk := func(dir string, files ...string) {
+		os.MkdirAll(filepath.Join(root, dir), 0o700)
+		for _, f := range files {
+			os.WriteFile(filepath.Join(root, dir, f), nil, 0o600)
+		}
+	}
+	mk("1", "hbx-a-stdout", "hbx-a-stderr")
+	mk("2", "hbx-a-stdin", "hbx-a-stdout", "hbx-a-stderr")
+	mk("3", "hbx-b-stdout", "hbx-c-stderr") // two tasks: not one set
+	mk("4", "hbx-d-stdout", "notes.txt")
+	mk("5")
+	os.WriteFile(filepath.Join(root, "hbx-e-stdout"), nil, 0o600) // not in a set directory
+	got := fifoSets(root)
+	want := map[string][]string{"hbx-a": {filepath.Join(root, "1"), filepath.Join(root, "2")}}
+	if len(got) != len(want) || !slices.Equal(got["hbx-a"], want["hbx-a"]) {
+		t.Errorf("fifoSets = %v, want %v", got, want)
+	}
+	if sets := fifoSets(filepath.Join(root, "missing")); len(sets) != 0 {
+		t.Errorf("a missing FIFO directory: %v", sets)
+	}
+}
