@@ -76,10 +76,10 @@ type GCReport struct {
 
 // GC removes what runs whose hookbox process is gone left behind:
 // processes in their cgroup, tasks, containers, snapshots, leases, shims
-// and task bundles containerd no longer tracks, stdio FIFOs, tmpfs mounts
-// and cgroups
-// (docs/architecture.md, "gc"). A run is live while its recorded hookbox
-// pid exists with the recorded start time (a reissued pid does not count).
+// and task bundles containerd no longer tracks, stdio FIFOs, tmpfs mounts,
+// cgroups and helper cgroups (docs/architecture.md, "gc"). A run is live
+// while its recorded hookbox pid exists with the recorded start time (a
+// reissued pid does not count).
 // A run is marked collected only once every resource is checked and gone;
 // b nil (containerd unreachable) or connected to another containerd than
 // the run's collects what procfs, mounts and cgroups allow and leaves the
