@@ -38,8 +38,8 @@ const (
 
 // leftoverKinds are the columns of the fault table: every kind of
 // resource a run can leave.
-var leftoverKinds = []string{"container", "task", "snapshot", "lease", "stray-lease", "shim", "bundle", "runc-state",
-	"fifo", "mount", "cgroup", "process", "uncollected"}
+var leftoverKinds = []string{"container", "task", "snapshot", "lease", "stray-lease", "shim", "socket", "bundle",
+	"runc-state", "fifo", "mount", "cgroup", "process", "uncollected"}
 
 // faultSpec: an engine that writes an artifact, runs until the 2 s timeout,
 // and takes a second to exit on SIGTERM, so that a run passes every fault
@@ -177,6 +177,9 @@ func leftovers(t *testing.T, id, recordDir string, began, killed time.Time) map[
 			n["shim"]++
 			shimPIDs[s.PID] = true
 		}
+	}
+	if _, err := os.Lstat(daemon.ShimSocket(containerdAddress(), oci.Namespace, id)); err == nil {
+		n["socket"]++
 	}
 	for _, dir := range []string{daemon.TaskBundle(daemon.DefaultSystemState, oci.Namespace, id), daemon.TaskBundle(systemRoot, oci.Namespace, id)} {
 		if _, err := os.Lstat(dir); err == nil {

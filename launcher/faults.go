@@ -5,7 +5,6 @@ import (
 
 	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/daemon"
-	"hookbox.dev/hookbox/oci"
 )
 
 // The signs that containerd is at work on a request hookbox is waiting
@@ -35,16 +34,4 @@ func (x *execution) shimDeleting() func() bool {
 		mounts, err := host.Mounts()
 		return err == nil && host.TopmostAt(mounts, filepath.Join(shim.Bundle, "rootfs")) == nil
 	}
-}
-
-// runShim is the shim of run id's task on the containerd at address, or
-// nil.
-func runShim(id, address string) *daemon.Shim {
-	shims, _ := daemon.Shims()
-	for _, s := range shims {
-		if s.Namespace == oci.Namespace && s.ID == id && daemon.SameAddress(s.Address, address) {
-			return &s
-		}
-	}
-	return nil
 }

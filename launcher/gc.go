@@ -49,7 +49,7 @@ type Collected struct {
 // GCAction is one thing gc did (or, with DryRun, would do).
 type GCAction struct {
 	RunID  string `json:"run_id"`
-	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, fifo, tmpfs, cgroup, helper-cgroup
+	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, socket, fifo, tmpfs, cgroup, helper-cgroup
 	Detail string `json:"detail,omitempty"`
 	Error  string `json:"error,omitempty"`
 }
@@ -59,8 +59,8 @@ type GCAction struct {
 type GCLeft struct {
 	RunID string `json:"run_id"`
 	// What: processes, task, container, snapshot, lease, shim, bundle,
-	// fifo, tmpfs, cgroup, or containerd (its resources could not be
-	// checked).
+	// socket, fifo, tmpfs, cgroup, or containerd (its resources could not
+	// be checked).
 	What   string `json:"what"`
 	Detail string `json:"detail,omitempty"`
 }
@@ -214,6 +214,10 @@ func (g *collector) collectRun(dir string, intent *Intent) {
 		if bundle := g.bundle(intent.ContainerID); bundle != "" {
 			g.do(id, "bundle", bundle, func() error { return daemon.RemoveBundle(bundle) })
 		}
+		// Its shim is gone (a live one would still serve it).
+		if sock := shimSocket(intent); sock != "" && runShim(intent.ContainerID, intent.Address) == nil {
+			g.do(id, "socket", sock, func() error { return daemon.RemoveShimSocket(intent.Address, oci.Namespace, intent.ContainerID) })
+		}
 	}
 	for _, fifos := range fifoSets(g.fifoRoot)[intent.ContainerID] {
 		g.do(id, "fifo", fifos, func() error { return os.RemoveAll(fifos) })
@@ -315,7 +319,32 @@ func (g *collector) leftovers(dir string, intent *Intent) []GCLeft {
 	if bundle := g.bundle(intent.ContainerID); bundle != "" {
 		add("bundle", bundle)
 	}
+	if sock := shimSocket(intent); sock != "" {
+		add("socket", sock)
+	}
 	return left
+}
+
+// runShim is the shim of run id's task on the containerd at address, or
+// nil.
+func runShim(id, address string) *daemon.Shim {
+	shims, _ := daemon.Shims()
+	for _, s := range shims {
+		if s.Namespace == oci.Namespace && s.ID == id && daemon.SameAddress(s.Address, address) {
+			return &s
+		}
+	}
+	return nil
+}
+
+// shimSocket is the socket the shim of the run's task served, when it is
+// still there.
+func shimSocket(intent *Intent) string {
+	sock := daemon.ShimSocket(intent.Address, oci.Namespace, intent.ContainerID)
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&fs.ModeSocket == 0 {
+		return ""
+	}
+	return sock
 }
 
 func shimDetail(s daemon.Shim) string {

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -169,12 +171,15 @@ func (s Shim) End(ctx context.Context) error {
 		// its own cleanup command: done once that has ended too.
 		waitShimCommands(s.Namespace, s.ID, 10*time.Second)
 	}
+	if err := RemoveShimSocket(s.Address, s.Namespace, s.ID); err != nil {
+		errs = append(errs, err)
+	}
 	if s.Bundle == "" || !isTaskBundle(s.Bundle, s.Namespace, s.ID) {
 		// No bundle to remove: procfs did not show it, or the shim ran
 		// somewhere that is not a task bundle of its own.
 		return errors.Join(errs...)
 	}
-	removeShimSocket(s.Bundle)
+	removeBundleSocket(s.Bundle)
 	if err := RemoveBundle(s.Bundle); err != nil {
 		errs = append(errs, err)
 	}
@@ -244,9 +249,39 @@ func (s Shim) deleteTask(ctx context.Context) error {
 	return nil
 }
 
-// removeShimSocket removes the socket the shim served, named in the
-// bundle's address file (a shim ended by SIGKILL cannot remove it).
-func removeShimSocket(bundle string) {
+// shimSocketDir is where containerd shims put their sockets whatever the
+// daemon's state directory (see the package doc).
+const shimSocketDir = DefaultSystemState + "/s"
+
+// ShimSocket is the socket the shim of task id in namespace serves for the
+// containerd at address: containerd names it by the sha256 of
+// "<address>/<namespace>/<id>".
+func ShimSocket(address, namespace, id string) string {
+	p, err := socketPath(address)
+	if err != nil {
+		p = address
+	}
+	sum := sha256.Sum256([]byte(filepath.Join(p, namespace, id)))
+	return filepath.Join(shimSocketDir, hex.EncodeToString(sum[:]))
+}
+
+// RemoveShimSocket removes the socket of a shim that is gone (one ended by
+// SIGKILL cannot remove it); anything but a socket there is left alone.
+func RemoveShimSocket(address, namespace, id string) error {
+	path := ShimSocket(address, namespace, id)
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&fs.ModeSocket == 0 {
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("shim socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// removeBundleSocket removes the socket named in the bundle's address
+// file, should it differ from ShimSocket's.
+func removeBundleSocket(bundle string) {
 	b, err := os.ReadFile(filepath.Join(bundle, "address"))
 	if err != nil {
 		return

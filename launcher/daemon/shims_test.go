@@ -191,3 +191,12 @@ func TestRemoveBundleRefusesOtherDirectories(t *testing.T) {
 		t.Errorf("a missing bundle: %v", err)
 	}
 }
+
+// The name containerd 1.6 gave the shim socket of a task of the system
+// containerd (read from its bundle's address file).
+func TestShimSocket(t *testing.T) {
+	got := ShimSocket("unix:///run/containerd/containerd.sock", "hookbox", "hbx-mx5ifpjy-c820c6f7")
+	if want := "/run/containerd/s/8314ae0de9e0497919d7177bbea9bea768755d272a41a71b31aff48997ab341b"; got != want {
+		t.Errorf("ShimSocket = %s, want %s", got, want)
+	}
+}
