@@ -31,7 +31,10 @@ type Backend struct {
 	// client's FIFO directory (both of which are root's by default).
 	RuncRoot string
 	FIFODir  string
-	Cgroups  Cgroups
+	// State is containerd's state directory (its task bundles), when known
+	// (daemon.Endpoint.State): gc looks there for bundles no shim serves.
+	State   string
+	Cgroups Cgroups
 	// Tracer returns the exec tracer of a run; it is called once per run,
 	// in the background. An error makes the verdict unchecked with the
 	// error (an *UnavailableError's ID) as the reason.
@@ -144,7 +147,7 @@ func Connect(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot,
+	b := &Backend{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, State: endpoint.State,
 		Cgroups: runtimeCgroups{}, Tracer: func() (ExecTracer, error) {
 			return loadLocalTracer(ebpf.Options{RingSize: cfg.TraceRingSize})
 		}}

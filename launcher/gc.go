@@ -8,56 +8,102 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/cgroup"
+	"hookbox.dev/hookbox/launcher/daemon"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/oci"
 	"hookbox.dev/hookbox/render/verify"
 )
 
-// CollectedFile marks a run record whose leftovers gc removed.
+// CollectedFile is gc's mark on a run record (Collected).
 const CollectedFile = "collected.json"
+
+// Collected is collected.json: what the last gc found of an abandoned run.
+// Only a complete mark ends gc's interest in the run; an incomplete one
+// lists what was left, and the next gc tries again. (A mark without
+// "complete", written by an older hookbox whatever it left, is checked
+// again.)
+type Collected struct {
+	Complete  bool      `json:"complete"`
+	CheckedAt time.Time `json:"checked_at"`
+	Left      []GCLeft  `json:"left,omitempty"`
+}
 
 // GCAction is one thing gc did (or, with DryRun, would do).
 type GCAction struct {
 	RunID  string `json:"run_id"`
-	What   string `json:"what"` // processes, task, container, snapshot, tmpfs, cgroup, helper-cgroup
+	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, socket, fifo, tmpfs, cgroup, helper-cgroup
 	Detail string `json:"detail,omitempty"`
 	Error  string `json:"error,omitempty"`
+}
+
+// GCLeft is what gc found still there of an abandoned run after
+// collecting it, or could not check.
+type GCLeft struct {
+	RunID string `json:"run_id"`
+	// What: processes, task, container, snapshot, lease, shim, bundle,
+	// socket, fifo, tmpfs, cgroup, or containerd (its resources could not
+	// be checked).
+	What   string `json:"what"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // GCReport lists what gc found and did.
 type GCReport struct {
 	Live    []string   `json:"live"`    // runs whose hookbox is still running
 	Actions []GCAction `json:"actions"` // empty when there was nothing to do
+	// Left: what abandoned runs still hold after this gc; those runs are
+	// not marked collected, and the next gc tries them again.
+	Left []GCLeft `json:"left"`
 }
 
-// GC removes what runs whose hookbox process is gone left behind: processes
-// in their cgroup, tasks, containers, snapshots, tmpfs mounts and cgroups.
-// A run is live while its recorded hookbox pid exists with the recorded
-// start time (a reissued pid does not count). Every step is idempotent: a
-// resource already gone counts as removed, so a second gc does nothing.
-func GC(ctx context.Context, client *containerd.Client, stateDir string, dryRun bool) (*GCReport, error) {
-	ctx = namespaces.WithNamespace(ctx, oci.Namespace)
-	report := &GCReport{Live: []string{}, Actions: []GCAction{}}
+// GC removes what runs whose hookbox process is gone left behind:
+// processes in their cgroup, tasks, containers, snapshots, leases, shims
+// and task bundles containerd no longer tracks, stdio FIFOs, tmpfs mounts,
+// cgroups and helper cgroups (docs/architecture.md, "gc"). A run is live
+// while its recorded hookbox pid exists with the recorded start time (a
+// reissued pid does not count).
+// A run is marked collected only once every resource is checked and gone;
+// b nil (containerd unreachable) or connected to another containerd than
+// the run's collects what procfs, mounts and cgroups allow and leaves the
+// run for a later gc. Every step is idempotent: a resource already gone
+// counts as removed, so a second gc does nothing.
+func GC(ctx context.Context, b *Backend, stateDir string, dryRun bool) (*GCReport, error) {
+	g := &collector{
+		ctx:     namespaces.WithNamespace(ctx, oci.Namespace),
+		dryRun:  dryRun,
+		report:  &GCReport{Live: []string{}, Actions: []GCAction{}, Left: []GCLeft{}},
+		live:    map[string]bool{},
+		handled: map[string]bool{},
+	}
+	g.fifoRoot = defaults.DefaultFIFODir
+	if b != nil && b.FIFODir != "" {
+		g.fifoRoot = b.FIFODir
+	}
+	if b != nil && b.Client != nil {
+		g.client, g.address, g.state = b.Client, b.Address, b.State
+	}
 	entries, err := os.ReadDir(RunsDir(stateDir))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	known := map[string]bool{}
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
@@ -67,72 +113,50 @@ func GC(ctx context.Context, client *containerd.Client, stateDir string, dryRun 
 		if err != nil {
 			continue // not a run record
 		}
-		known[intent.RunID] = true
 		if finishedCleanly(dir) {
 			continue
 		}
 		if host.ProcessAlive(intent.HookboxPID, intent.HookboxStart) {
-			report.Live = append(report.Live, intent.RunID)
+			g.live[intent.RunID] = true
+			g.report.Live = append(g.report.Live, intent.RunID)
 			continue
 		}
-		collectRun(ctx, client, dir, intent, dryRun, report)
+		g.handled[intent.RunID] = true
+		g.collectRun(dir, intent)
 	}
-	collectHelpers(ctx, hostCgroups().Helpers(), dryRun, report)
-	// Containers and snapshots whose run record is gone or not live.
-	if client != nil {
-		// Resources whose run record is not in this state dir (another
-		// state dir's runs share the namespace) are collected only when
-		// their own owner labels prove the hookbox that made them is gone.
-		abandoned := func(id string, labels map[string]string) bool {
-			if known[id] || slices.Contains(report.Live, id) {
-				return false // the records pass decided
-			}
-			pid, err1 := strconv.Atoi(labels[LabelOwnerPID])
-			start, err2 := strconv.ParseUint(labels[LabelOwnerStart], 10, 64)
-			if err1 != nil || err2 != nil {
-				return false // no proof of abandonment
-			}
-			return !host.ProcessAlive(pid, start)
-		}
-		containers, err := client.Containers(ctx, "labels.\""+LabelRunID+"\"")
-		if err != nil {
-			return report, fmt.Errorf("list containers: %w", err)
-		}
-		for _, c := range containers {
-			labels, err := c.Labels(ctx)
-			if err == nil && abandoned(c.ID(), labels) {
-				collectContainer(ctx, client, c.ID(), dryRun, report)
-			}
-		}
-		sn := client.SnapshotService(images.Snapshotter)
-		var orphans []string
-		err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-			if id := info.Labels[LabelRunID]; id != "" && abandoned(id, info.Labels) {
-				orphans = append(orphans, info.Name)
-			}
-			return nil
-		}, "labels.\""+LabelRunID+"\"")
-		if err != nil {
-			return report, fmt.Errorf("list snapshots: %w", err)
-		}
-		runLeases, err := client.LeasesService().List(ctx, "labels.\""+LabelRunID+"\"")
-		if err != nil {
-			return report, fmt.Errorf("list leases: %w", err)
-		}
-		for _, l := range runLeases {
-			if id := l.Labels[LabelRunID]; id != "" && abandoned(id, l.Labels) && !slices.Contains(orphans, l.ID) {
-				orphans = append(orphans, l.ID)
-			}
-		}
-		for _, name := range orphans {
-			record(report, name, "snapshot", "", dryRun, func() error { return removeSnapshot(ctx, client, name) })
+	collectHelpers(ctx, hostCgroups().Helpers(), dryRun, g.report)
+	if g.client != nil {
+		if err := g.sweep(); err != nil {
+			return g.report, err
 		}
 	}
-	sort.Strings(report.Live)
-	return report, nil
+	sort.Strings(g.report.Live)
+	return g.report, nil
 }
 
-// record runs step (unless dryRun) and notes it when it did something.
+// collector is one gc pass.
+type collector struct {
+	ctx    context.Context
+	dryRun bool
+	report *GCReport
+	// The containerd gc talks to (client nil: none answered), and its
+	// state directory when known.
+	client  *containerd.Client
+	address string
+	state   string
+	// fifoRoot is where the containerd client makes tasks' stdio FIFOs.
+	fifoRoot string
+	// live: runs of this state dir whose hookbox runs; handled: runs the
+	// records pass collected (the namespace sweep leaves both alone).
+	live, handled map[string]bool
+}
+
+// do runs step (unless dryRun) and notes it.
+func (g *collector) do(runID, what, detail string, step func() error) {
+	record(g.report, runID, what, detail, g.dryRun, step)
+}
+
+// record runs step (unless dryRun) and notes it in report.
 func record(report *GCReport, runID, what, detail string, dryRun bool, step func() error) {
 	a := GCAction{RunID: runID, What: what, Detail: detail}
 	if !dryRun {
@@ -143,33 +167,68 @@ func record(report *GCReport, runID, what, detail string, dryRun bool, step func
 	report.Actions = append(report.Actions, a)
 }
 
-func collectRun(ctx context.Context, client *containerd.Client, dir string, intent *Intent, dryRun bool, report *GCReport) {
+// daemonOf says whether gc can check the containerd resources of a run
+// recorded on address: "" when it can, else why not.
+func (g *collector) daemonOf(address string) string {
+	switch {
+	case g.client == nil:
+		return "containerd is unreachable, so the run's container, task, snapshot, lease, shim and bundle are unchecked: run hookbox gc again once it answers"
+	case address != "" && !daemon.SameAddress(address, g.address):
+		return fmt.Sprintf("the run used the containerd at %s, gc is connected to %s: run hookbox gc --address %s", address, g.address, address)
+	}
+	return ""
+}
+
+func (g *collector) collectRun(dir string, intent *Intent) {
 	id := intent.RunID
 	if cg, err := cgroup.Open(intent.CgroupsPath); err == nil {
 		if members, _ := cg.Members(); len(members) > 0 {
-			record(report, id, "processes", fmt.Sprintf("%d in %s", len(members), intent.CgroupsPath), dryRun, func() error {
+			g.do(id, "processes", fmt.Sprintf("%d in %s", len(members), intent.CgroupsPath), func() error {
 				if _, err := cg.KillAll(syscall.SIGKILL); err != nil {
 					return err
 				}
-				waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				waitCtx, cancel := context.WithTimeout(g.ctx, 30*time.Second)
 				defer cancel()
 				return cg.WaitEmpty(waitCtx, 20*time.Millisecond)
 			})
 		}
 	}
-	if client != nil {
-		collectContainer(ctx, client, intent.ContainerID, dryRun, report)
-		if exists, _ := snapshotExists(ctx, client, intent.SnapshotKey); exists || leaseExists(ctx, client, intent.SnapshotKey) {
-			record(report, id, "snapshot", intent.SnapshotKey, dryRun, func() error { return removeSnapshot(ctx, client, intent.SnapshotKey) })
+	if g.daemonOf(intent.Address) == "" {
+		g.collectContainer(id, intent.ContainerID)
+		if exists, _ := snapshotExists(g.ctx, g.client, intent.SnapshotKey); exists || leaseExists(g.ctx, g.client, intent.SnapshotKey) {
+			g.do(id, "snapshot", intent.SnapshotKey, func() error { return removeSnapshot(g.ctx, g.client, intent.SnapshotKey) })
 		}
+		for _, l := range runLeases(g.ctx, g.client, id) {
+			if l.ID != intent.SnapshotKey {
+				g.do(id, "lease", l.ID, func() error { return deleteLease(g.ctx, g.client, l.ID) })
+			}
+		}
+		// containerd no longer tracks the task: a shim still serving it
+		// was lost (its client killed while creating or deleting it).
+		shims, _ := daemon.Shims()
+		for _, s := range shims {
+			if s.Namespace == oci.Namespace && s.ID == intent.ContainerID {
+				g.do(id, "shim", shimDetail(s), func() error { return s.End(g.ctx) })
+			}
+		}
+		if bundle := g.bundle(intent.ContainerID); bundle != "" {
+			g.do(id, "bundle", bundle, func() error { return daemon.RemoveBundle(bundle) })
+		}
+		// Its shim is gone (a live one would still serve it).
+		if sock := shimSocket(intent); sock != "" && runShim(intent.ContainerID, intent.Address) == nil {
+			g.do(id, "socket", sock, func() error { return daemon.RemoveShimSocket(intent.Address, oci.Namespace, intent.ContainerID) })
+		}
+	}
+	for _, fifos := range fifoSets(g.fifoRoot)[intent.ContainerID] {
+		g.do(id, "fifo", fifos, func() error { return os.RemoveAll(fifos) })
 	}
 	for _, tmpfs := range []string{mounts.RunHostPaths(dir).RunDir, mounts.RunHostPaths(dir).WorkspaceStore} {
 		if mounted, _ := mounts.IsMounted(tmpfs); mounted {
-			record(report, id, "tmpfs", tmpfs, dryRun, func() error { return mounts.Unmount(tmpfs) })
+			g.do(id, "tmpfs", tmpfs, func() error { return mounts.Unmount(tmpfs) })
 		}
 	}
 	if exists, _ := cgroup.Exists(intent.CgroupsPath); exists {
-		record(report, id, "cgroup", intent.CgroupsPath, dryRun, func() error {
+		g.do(id, "cgroup", intent.CgroupsPath, func() error {
 			cg, err := cgroup.Open(intent.CgroupsPath)
 			if err != nil {
 				return err
@@ -177,18 +236,315 @@ func collectRun(ctx context.Context, client *containerd.Client, dir string, inte
 			return cg.Remove()
 		})
 	}
-	if !dryRun {
-		if _, err := os.Stat(filepath.Join(dir, CollectedFile)); errors.Is(err, fs.ErrNotExist) && hasActions(report, id) {
-			_ = writeJSON(filepath.Join(dir, CollectedFile), map[string]any{"collected_at": time.Now().UTC()}, 0o644)
-		}
+	if g.dryRun {
+		return
+	}
+	left := g.leftovers(dir, intent)
+	g.report.Left = append(g.report.Left, left...)
+	mark := Collected{Complete: len(left) == 0, CheckedAt: time.Now().UTC(), Left: left}
+	if err := writeJSON(filepath.Join(dir, CollectedFile), mark, 0o644); err != nil && mark.Complete {
+		// Unmarked, the run is only checked again by the next gc.
+		g.report.Left = append(g.report.Left, GCLeft{RunID: id, What: "mark", Detail: "writing " + CollectedFile + ": " + err.Error()})
 	}
 }
 
+// bundle is the task bundle of id in the state directory of gc's
+// containerd, "" when there is none (or the directory is unknown).
+func (g *collector) bundle(id string) string {
+	if g.state == "" {
+		return ""
+	}
+	dir := daemon.TaskBundle(g.state, oci.Namespace, id)
+	if _, err := os.Lstat(dir); err != nil {
+		return ""
+	}
+	return dir
+}
+
+// leftovers checks every resource a run may hold, after collecting it.
+func (g *collector) leftovers(dir string, intent *Intent) []GCLeft {
+	id := intent.RunID
+	var left []GCLeft
+	add := func(what, detail string) { left = append(left, GCLeft{RunID: id, What: what, Detail: detail}) }
+	if intent.CgroupsPath != "" { // "": the run was to have no cgroup of its own
+		if cg, err := cgroup.Open(intent.CgroupsPath); err == nil {
+			if members, _ := cg.Members(); len(members) > 0 {
+				add("processes", fmt.Sprintf("%v in %s", members, intent.CgroupsPath))
+			}
+		}
+		if exists, err := cgroup.Exists(intent.CgroupsPath); exists || err != nil {
+			add("cgroup", strings.TrimSpace(intent.CgroupsPath+" "+errOrEmpty(err)))
+		}
+	}
+	for _, tmpfs := range []string{mounts.RunHostPaths(dir).RunDir, mounts.RunHostPaths(dir).WorkspaceStore} {
+		if mounted, err := mounts.IsMounted(tmpfs); mounted || err != nil {
+			add("tmpfs", strings.TrimSpace(tmpfs+" "+errOrEmpty(err)))
+		}
+	}
+	for _, fifos := range fifoSets(g.fifoRoot)[intent.ContainerID] {
+		add("fifo", fifos)
+	}
+	shims, err := daemon.Shims()
+	if err != nil {
+		add("shim", "listing processes: "+err.Error())
+	}
+	for _, s := range shims {
+		if s.Namespace == oci.Namespace && s.ID == intent.ContainerID {
+			add("shim", fmt.Sprintf("pid %d", s.PID))
+		}
+	}
+	if why := g.daemonOf(intent.Address); why != "" {
+		add("containerd", why)
+		return left
+	}
+	if c, err := g.client.LoadContainer(g.ctx, intent.ContainerID); err == nil {
+		add("container", intent.ContainerID)
+		if _, err := c.Task(g.ctx, nil); err == nil || !errdefs.IsNotFound(err) {
+			add("task", strings.TrimSpace(intent.ContainerID+" "+errOrEmpty(err)))
+		}
+	} else if !errdefs.IsNotFound(err) {
+		add("container", err.Error())
+	}
+	if exists, err := snapshotExists(g.ctx, g.client, intent.SnapshotKey); exists || err != nil {
+		add("snapshot", strings.TrimSpace(intent.SnapshotKey+" "+errOrEmpty(err)))
+	}
+	if leaseExists(g.ctx, g.client, intent.SnapshotKey) {
+		add("lease", intent.SnapshotKey)
+	}
+	for _, l := range runLeases(g.ctx, g.client, id) {
+		if l.ID != intent.SnapshotKey {
+			add("lease", l.ID)
+		}
+	}
+	if bundle := g.bundle(intent.ContainerID); bundle != "" {
+		add("bundle", bundle)
+	}
+	if sock := shimSocket(intent); sock != "" {
+		add("socket", sock)
+	}
+	return left
+}
+
+// runShim is the shim of run id's task on the containerd at address, or
+// nil.
+func runShim(id, address string) *daemon.Shim {
+	shims, _ := daemon.Shims()
+	for _, s := range shims {
+		if s.Namespace == oci.Namespace && s.ID == id && daemon.SameAddress(s.Address, address) {
+			return &s
+		}
+	}
+	return nil
+}
+
+// shimSocket is the socket the shim of the run's task served, when it is
+// still there.
+func shimSocket(intent *Intent) string {
+	sock := daemon.ShimSocket(intent.Address, oci.Namespace, intent.ContainerID)
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&fs.ModeSocket == 0 {
+		return ""
+	}
+	return sock
+}
+
+func shimDetail(s daemon.Shim) string {
+	if s.Bundle == "" {
+		return fmt.Sprintf("pid %d (its bundle is gone)", s.PID)
+	}
+	return fmt.Sprintf("pid %d, bundle %s", s.PID, s.Bundle)
+}
+
+func errOrEmpty(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "(" + err.Error() + ")"
+}
+
+// sweep collects what the namespace holds of runs this state dir does not
+// record (another state dir's, or a record removed), once owner labels
+// prove the hookbox that made them is gone, and the shims, task bundles
+// and FIFO sets containerd no longer tracks (sweepLost).
+func (g *collector) sweep() error {
+	ctx, client := g.ctx, g.client
+	abandoned := func(id string, labels map[string]string) bool {
+		if g.live[id] || g.handled[id] {
+			return false // the records pass decided
+		}
+		pid, err1 := strconv.Atoi(labels[LabelOwnerPID])
+		start, err2 := strconv.ParseUint(labels[LabelOwnerStart], 10, 64)
+		if err1 != nil || err2 != nil {
+			return false // no proof of abandonment
+		}
+		return !host.ProcessAlive(pid, start)
+	}
+	containers, err := client.Containers(ctx, "labels.\""+LabelRunID+"\"")
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	for _, c := range containers {
+		labels, err := c.Labels(ctx)
+		if err == nil && abandoned(c.ID(), labels) {
+			g.collectContainer(c.ID(), c.ID())
+		}
+	}
+	sn := client.SnapshotService(images.Snapshotter)
+	var orphans []string
+	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if id := info.Labels[LabelRunID]; id != "" && abandoned(id, info.Labels) {
+			orphans = append(orphans, info.Name)
+		}
+		return nil
+	}, "labels.\""+LabelRunID+"\"")
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	labelled, err := client.LeasesService().List(ctx, "labels.\""+LabelRunID+"\"")
+	if err != nil {
+		return fmt.Errorf("list leases: %w", err)
+	}
+	for _, l := range labelled {
+		if id := l.Labels[LabelRunID]; id != "" && abandoned(id, l.Labels) && !slices.Contains(orphans, l.ID) {
+			orphans = append(orphans, l.ID)
+		}
+	}
+	for _, name := range orphans {
+		g.do(name, "snapshot", "", func() error { return removeSnapshot(ctx, client, name) })
+	}
+	return g.sweepLost(abandoned)
+}
+
+// orphanGrace: a task bundle or FIFO set no shim serves, of a run this
+// state dir does not record, is left alone this long after it was made, in
+// case containerd is about to start its shim.
+const orphanGrace = time.Minute
+
+// sweepLost ends the shims of this containerd's hookbox namespace that
+// containerd no longer tracks, and removes the task bundles and stdio FIFO
+// sets no shim serves, unless a run that may still use them owns them: a
+// task always has a container, so a shim or bundle without one is lost,
+// and one whose container's owner is gone was left by a killed hookbox.
+func (g *collector) sweepLost(abandoned func(string, map[string]string) bool) error {
+	ownerGone := func(id string) bool {
+		if g.live[id] || g.handled[id] {
+			return false
+		}
+		c, err := g.client.LoadContainer(g.ctx, id)
+		if errdefs.IsNotFound(err) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		labels, err := c.Labels(g.ctx)
+		return err == nil && abandoned(id, labels)
+	}
+	shims, err := daemon.Shims()
+	if err != nil {
+		return fmt.Errorf("list shims: %w", err)
+	}
+	served := map[string]bool{}    // ids whose shim on this containerd stays
+	elsewhere := map[string]bool{} // ids with a shim of another containerd
+	for _, s := range shims {
+		if s.Namespace != oci.Namespace {
+			continue
+		}
+		if !daemon.SameAddress(s.Address, g.address) {
+			elsewhere[s.ID] = true
+			continue
+		}
+		if !ownerGone(s.ID) {
+			served[s.ID] = true
+			continue
+		}
+		g.do(s.ID, "shim", shimDetail(s), func() error { return s.End(g.ctx) })
+	}
+	// The FIFO directory is shared by every client of every containerd:
+	// only sets named like a hookbox run, that no shim of any containerd
+	// serves, that are not new (the client makes them just before it asks
+	// for the task) and whose run is not live on this containerd.
+	for id, dirs := range fifoSets(g.fifoRoot) {
+		if !runIDPattern.MatchString(id) || served[id] || elsewhere[id] || !ownerGone(id) {
+			continue
+		}
+		for _, fifos := range dirs {
+			if fi, err := os.Lstat(fifos); err != nil || time.Since(fi.ModTime()) < orphanGrace {
+				continue
+			}
+			g.do(id, "fifo", fifos, func() error { return os.RemoveAll(fifos) })
+		}
+	}
+	if g.state == "" {
+		return nil
+	}
+	ids, err := daemon.TaskBundles(g.state, oci.Namespace)
+	if err != nil {
+		return fmt.Errorf("list task bundles: %w", err)
+	}
+	for _, id := range ids {
+		bundle := daemon.TaskBundle(g.state, oci.Namespace, id)
+		if served[id] || g.handled[id] || g.live[id] {
+			continue
+		}
+		if fi, err := os.Lstat(bundle); err != nil || time.Since(fi.ModTime()) < orphanGrace || !ownerGone(id) {
+			continue
+		}
+		g.do(id, "bundle", bundle, func() error { return daemon.RemoveBundle(bundle) })
+	}
+	return nil
+}
+
+// runIDPattern matches the ids NewRunID makes.
+var runIDPattern = regexp.MustCompile(`^hbx-[0-9a-z]+-[0-9a-f]{8}$`)
+
+// fifoSets finds the stdio FIFO sets under the containerd client's FIFO
+// directory, by task id. The client makes one directory per task
+// (cio.NewFIFOSetInDir: <root>/<random>/<id>-stdin, -stdout, -stderr) and
+// removes it when the task's IO is closed, which a killed hookbox never
+// does.
+func fifoSets(root string) map[string][]string {
+	sets := map[string][]string{}
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		files, err := os.ReadDir(dir)
+		if err != nil || len(files) == 0 {
+			continue
+		}
+		id := ""
+		for _, f := range files {
+			name := f.Name()
+			var fid string
+			for _, stream := range []string{"-stdin", "-stdout", "-stderr"} {
+				if t, ok := strings.CutSuffix(name, stream); ok {
+					fid = t
+				}
+			}
+			if fid == "" || (id != "" && fid != id) {
+				id = ""
+				break // not one task's FIFO set
+			}
+			id = fid
+		}
+		if id != "" {
+			sets[id] = append(sets[id], dir)
+		}
+	}
+	return sets
+}
+
 // finishedCleanly: the run wrote its result and its teardown removed every
-// resource (or gc did since).
+// resource, or a gc since found every resource gone.
 func finishedCleanly(dir string) bool {
-	if _, err := os.Stat(filepath.Join(dir, CollectedFile)); err == nil {
-		return true
+	if data, err := os.ReadFile(filepath.Join(dir, CollectedFile)); err == nil {
+		var mark Collected
+		if json.Unmarshal(data, &mark) == nil && mark.Complete {
+			return true
+		}
+		return false
 	}
 	data, err := os.ReadFile(filepath.Join(dir, ResultFile))
 	if err != nil {
@@ -201,31 +557,22 @@ func finishedCleanly(dir string) bool {
 	return !slices.Contains(res.Reasons, ReasonTeardownIncomplete)
 }
 
-func hasActions(report *GCReport, id string) bool {
-	for _, a := range report.Actions {
-		if a.RunID == id {
-			return true
-		}
-	}
-	return false
-}
-
-func collectContainer(ctx context.Context, client *containerd.Client, id string, dryRun bool, report *GCReport) {
-	c, err := client.LoadContainer(ctx, id)
+func (g *collector) collectContainer(runID, id string) {
+	c, err := g.client.LoadContainer(g.ctx, id)
 	if err != nil {
-		return // gone (or unreadable: nothing gc can do)
+		return // gone (or unreadable: leftovers says so)
 	}
-	if task, err := c.Task(ctx, nil); err == nil {
-		record(report, id, "task", "", dryRun, func() error {
-			_, err := task.Delete(ctx, containerd.WithProcessKill)
+	if task, err := c.Task(g.ctx, nil); err == nil {
+		g.do(runID, "task", "", func() error {
+			_, err := task.Delete(g.ctx, containerd.WithProcessKill)
 			if err != nil && !errdefs.IsNotFound(err) {
 				return err
 			}
 			return nil
 		})
 	}
-	record(report, id, "container", "", dryRun, func() error {
-		if err := c.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+	g.do(runID, "container", "", func() error {
+		if err := c.Delete(g.ctx); err != nil && !errdefs.IsNotFound(err) {
 			return err
 		}
 		return nil
@@ -241,8 +588,22 @@ func snapshotExists(ctx context.Context, client *containerd.Client, key string) 
 }
 
 func leaseExists(ctx context.Context, client *containerd.Client, id string) bool {
-	list, err := client.LeasesService().List(ctx, "id=="+id)
+	list, err := client.LeasesService().List(ctx, "id=="+strconv.Quote(id))
 	return err == nil && len(list) > 0
+}
+
+// runLeases are the leases labelled with run id.
+func runLeases(ctx context.Context, client *containerd.Client, id string) []leases.Lease {
+	list, _ := client.LeasesService().List(ctx, "labels.\""+LabelRunID+"\"=="+strconv.Quote(id))
+	return list
+}
+
+func deleteLease(ctx context.Context, client *containerd.Client, id string) error {
+	err := client.LeasesService().Delete(ctx, leases.Lease{ID: id})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
 }
 
 // removeSnapshot removes a run's base image view and the lease (named like
@@ -252,11 +613,7 @@ func removeSnapshot(ctx context.Context, client *containerd.Client, key string) 
 	if err != nil && !errdefs.IsNotFound(err) {
 		return err
 	}
-	err = client.LeasesService().Delete(ctx, leases.Lease{ID: key})
-	if err != nil && !errdefs.IsNotFound(err) {
-		return err
-	}
-	return nil
+	return deleteLease(ctx, client, key)
 }
 
 // ListRuns reads the run records, newest first.

@@ -25,6 +25,7 @@ import (
 
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -36,6 +37,7 @@ import (
 	"hookbox.dev/hookbox/attest"
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/internal/config/secretsconf"
+	"hookbox.dev/hookbox/internal/faultpoint"
 	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/mounts"
@@ -137,7 +139,7 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	// A cheap collection of what abandoned runs left, before adding a run;
 	// a daemon that stopped answering since it was resolved cannot hold it.
 	gcCtx, cancelGC := context.WithTimeout(ctx, daemonDeadlines.gc)
-	collected, _ := GC(gcCtx, opts.Backend.Client, opts.StateDir, false)
+	collected, _ := GC(gcCtx, opts.Backend, opts.StateDir, false)
 	cancelGC()
 	started := time.Now()
 	dir := filepath.Join(RunsDir(opts.StateDir), id)
@@ -146,7 +148,9 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	}
 	x := &execution{
 		opts: opts, env: env, secretStream: secretStream, credentials: credentials, r: r, id: id, dir: dir, started: started,
-		ctx: namespaces.WithNamespace(ctx, oci.Namespace),
+		// Every request carries the run's lease (holdLease creates it
+		// before the first request that could use it).
+		ctx: leases.WithLease(namespaces.WithNamespace(ctx, oci.Namespace), id),
 		result: &Result{SchemaVersion: ResultSchemaVersion, RunID: id, Spawn: r.Spawn, PlanDigest: planDigest, StartedAt: started.UTC(), RecordDir: dir,
 			Trace: TraceResult{Status: verify.StatusUnchecked, Reasons: []string{ReasonTracerNotRun}}},
 	}
@@ -339,6 +343,9 @@ func (x *execution) prepare() error {
 		return fmt.Errorf("write intent: %w", err)
 	}
 	x.startTracer()
+	if err := x.daemonCall(x.ctx, daemonDeadlines.create, x.holdLease); err != nil {
+		return err
+	}
 
 	x.progress("image", "base image")
 	var img containerd.Image
@@ -420,6 +427,7 @@ func (x *execution) prepare() error {
 		return err
 	}
 	x.progress("container", "create")
+	faultpoint.Reach(faultpoint.BeforeCreate)
 	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
 		x.container, err = x.opts.Backend.Client.NewContainer(ctx, x.id,
 			containerd.WithSpec(spec),
@@ -427,13 +435,33 @@ func (x *execution) prepare() error {
 			containerd.WithContainerLabels(map[string]string{
 				LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
 				LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwnerStart: x.ownerStart,
-			}))
+			}),
+			func(context.Context, *containerd.Client, *containers.Container) error {
+				faultpoint.Reach(faultpoint.CreateContainer)
+				return nil
+			})
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("create container: %w", err)
 	}
+	faultpoint.Reach(faultpoint.ContainerCreated)
 	x.rootfs = rootfs
+	return nil
+}
+
+// holdLease creates the run's lease, named after the run and labelled
+// with it and its owner. x.ctx names it on every request, so what
+// containerd creates for the run (the image import's content, the base
+// image view, what the client would otherwise hold with an unlabelled
+// lease of its own while it creates the container) is held by it: a
+// hookbox killed at any point leaves no lease gc cannot attribute, and
+// teardown or gc drop it with the view (docs/architecture.md, "gc").
+func (x *execution) holdLease(ctx context.Context) error {
+	if _, err := x.opts.Backend.Client.LeasesService().Create(ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
+		leases.WithLabels(x.ownerLabels())); err != nil && !errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("lease for the run's containerd resources: %w", err)
+	}
 	return nil
 }
 
@@ -514,14 +542,11 @@ func (x *execution) rootfsMounts(ctx context.Context, img containerd.Image) ([]m
 	if err != nil {
 		return nil, err
 	}
-	// The view is held by a lease named after the run, so containerd's
-	// garbage collector leaves it alone until teardown (or gc) drops both.
-	if _, err := x.opts.Backend.Client.LeasesService().Create(ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
-		leases.WithLabels(x.ownerLabels())); err != nil && !errdefs.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("lease for the base image view: %w", err)
-	}
+	// The view is held by the run's lease (ctx carries it, from x.ctx), so
+	// containerd's garbage collector leaves it alone until teardown (or gc)
+	// drops both.
 	sn := x.opts.Backend.Client.SnapshotService(images.Snapshotter)
-	view, err := sn.View(leases.WithLease(ctx, x.id), x.id, identity.ChainID(diffIDs).String(),
+	view, err := sn.View(ctx, x.id, identity.ChainID(diffIDs).String(),
 		snapshots.WithLabels(x.ownerLabels()))
 	if err != nil {
 		return nil, fmt.Errorf("base image view: %w", err)
@@ -556,13 +581,17 @@ func (x *execution) create() error {
 	if x.stderr, err = x.openOutput(StderrFile, "stderr", 0o600); err != nil {
 		return err
 	}
+	faultpoint.Reach(faultpoint.BeforeNewTask)
+	inFlight := faultpoint.While(faultpoint.NewTask, x.shimStarted)
 	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
 		x.task, err = x.container.NewTask(ctx, cio.NewCreator(x.stdioOpts()...), containerd.WithRootFS(x.rootfs))
 		return err
 	})
+	inFlight()
 	if err != nil {
 		return fmt.Errorf("create task: %w", err)
 	}
+	faultpoint.Reach(faultpoint.TaskCreated)
 	// Not x.ctx: cancelling hookbox must not look like the engine exiting.
 	waitCtx, stopWaiting := context.WithCancel(context.WithoutCancel(x.ctx))
 	x.stopWaiting = stopWaiting
@@ -607,6 +636,7 @@ func (x *execution) create() error {
 	go x.readStdout(stdoutR)
 	// The engine may print (and a reader react, e.g. with Ctrl-C) before
 	// Start's reply arrives: once created, starting is not abandoned.
+	faultpoint.Reach(faultpoint.BeforeStart)
 	err = x.daemonCall(context.WithoutCancel(x.ctx), daemonDeadlines.create, func(ctx context.Context) error { return x.task.Start(ctx) })
 	if err != nil {
 		return fmt.Errorf("start task: %w", err)
@@ -701,6 +731,7 @@ func (x *execution) readStdout(r io.Reader) {
 // whichever comes first; the watchdogs are hookbox's own timers, so they
 // fire on time whatever containerd does.
 func (x *execution) wait() {
+	faultpoint.Reach(faultpoint.Running)
 	l := x.r.Limits
 	timeout := time.NewTimer(time.Duration(l.TimeoutMS) * time.Millisecond)
 	defer timeout.Stop()
@@ -788,7 +819,10 @@ func (x *execution) teardown() {
 	if x.task != nil {
 		fail("stop", x.stopAll(ctx))
 		oom := x.cg != nil && cgroupOOM(x.cg)
+		faultpoint.Reach(faultpoint.BeforeTaskDelete)
+		inFlight := faultpoint.While(faultpoint.TaskDelete, x.shimDeleting())
 		fail("delete task", x.daemonStep(ctx, "task", x.deleteTask))
+		inFlight()
 		x.decideStatus(oom)
 	}
 	if x.stopWaiting != nil {
@@ -814,6 +848,7 @@ func (x *execution) teardown() {
 		go func() {
 			defer harvested.Done()
 			x.harvest()
+			faultpoint.Reach(faultpoint.Unmount)
 			unmountErr = retry(func() error { return mounts.Unmount(x.runDir) })
 			if x.workspaceStore != "" {
 				unmountErr = errors.Join(unmountErr, retry(func() error { return mounts.Unmount(x.workspaceStore) }))

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"golang.org/x/sys/unix"
 
+	"hookbox.dev/hookbox/internal/faultpoint"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/render"
 )
@@ -60,6 +61,7 @@ func (x *execution) stopAll(ctx context.Context) error {
 			x.cg.KillAll(unix.SIGTERM)
 		}
 	}
+	faultpoint.Reach(faultpoint.Grace)
 	// The grace period ends as soon as the cgroup is empty.
 	if x.cg != nil {
 		graceCtx, cancel := context.WithTimeout(ctx, x.opts.Grace)
@@ -322,6 +324,7 @@ func (x *execution) harvest() {
 		x.result.Error = strings.TrimPrefix(x.result.Error+"; harvest: "+err.Error(), "; ")
 	}
 	x.result.Harvest = &report
+	faultpoint.Reach(faultpoint.Harvest)
 	if !report.Complete() {
 		x.result.Reasons = append(x.result.Reasons, ReasonHarvestPartial)
 	}

@@ -6,10 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/internal/config"
@@ -22,7 +23,7 @@ func newGCCommand(h *hostFlags) *cobra.Command {
 	var dryRun, jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Remove what abandoned runs left behind (processes, containers, snapshots, tmpfs, cgroups)",
+		Short: "Remove what abandoned runs left behind (processes, tasks, containers, snapshots, leases, shims, tmpfs, cgroups)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			address, stateDir := h.address, h.stateDir
@@ -34,39 +35,31 @@ func newGCCommand(h *hostFlags) *cobra.Command {
 			if !isInner && rootlessUser() {
 				return exitError{exitInfra, launcher.EnterRootless(cmd.Context(), cfg, dirs.state, dirs.cache, os.Args[1:]).Error()}
 			}
-			var client *containerd.Client
-			if backend, err := launcher.Connect(cmd.Context(), cfg); err != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "hookbox: gc without containerd (%v): only processes, tmpfs and cgroups are collected\n", err)
+			backend, err := launcher.Connect(cmd.Context(), cfg)
+			if err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "hookbox: gc without containerd (%v): only processes, tmpfs and cgroups are collected; abandoned runs stay unfinished until a gc reaches their containerd\n", err)
 			} else {
 				defer backend.Close()
-				client = backend.Client
 			}
-			report, err := launcher.GC(cmd.Context(), client, dirs.state, dryRun)
+			report, err := launcher.GC(cmd.Context(), backend, dirs.state, dryRun)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
-				return json.NewEncoder(out).Encode(report)
-			}
-			verb := "removed"
-			if dryRun {
-				verb = "would remove"
-			}
-			for _, a := range report.Actions {
-				line := fmt.Sprintf("%s %s %s %s", verb, a.RunID, a.What, a.Detail)
-				if a.Error != "" {
-					line += "  ERROR " + a.Error
+				if err := json.NewEncoder(out).Encode(report); err != nil {
+					return err
 				}
-				fmt.Fprintln(out, line)
-			}
-			if len(report.Actions) == 0 {
-				fmt.Fprintf(out, "nothing to collect (%d live runs)\n", len(report.Live))
+			} else {
+				printGC(out, report, dryRun)
 			}
 			for _, a := range report.Actions {
 				if a.Error != "" {
 					return exitError{exitInfra, "gc left resources behind; run it again or see the errors above"}
 				}
+			}
+			if runs := gcUnfinished(report); len(runs) > 0 {
+				return exitError{exitInfra, fmt.Sprintf("gc could not finish %d abandoned runs (%s): what is left is in the report; the next gc tries again", len(runs), strings.Join(runs, ", "))}
 			}
 			return nil
 		},
@@ -74,6 +67,38 @@ func newGCCommand(h *hostFlags) *cobra.Command {
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only print what would be removed")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	return cmd
+}
+
+// printGC prints one line per action and per leftover.
+func printGC(out io.Writer, report *launcher.GCReport, dryRun bool) {
+	verb := "removed"
+	if dryRun {
+		verb = "would remove"
+	}
+	for _, a := range report.Actions {
+		line := strings.TrimSpace(fmt.Sprintf("%s %s %s %s", verb, a.RunID, a.What, a.Detail))
+		if a.Error != "" {
+			line += "  ERROR " + a.Error
+		}
+		fmt.Fprintln(out, line)
+	}
+	for _, l := range report.Left {
+		fmt.Fprintln(out, strings.TrimSpace(fmt.Sprintf("left %s %s %s", l.RunID, l.What, l.Detail)))
+	}
+	if len(report.Actions) == 0 && len(report.Left) == 0 {
+		fmt.Fprintf(out, "nothing to collect (%d live runs)\n", len(report.Live))
+	}
+}
+
+// gcUnfinished lists the runs gc left something of.
+func gcUnfinished(report *launcher.GCReport) []string {
+	var runs []string
+	for _, l := range report.Left {
+		if !slices.Contains(runs, l.RunID) {
+			runs = append(runs, l.RunID)
+		}
+	}
+	return runs
 }
 
 func newPsCommand(h *hostFlags) *cobra.Command {
@@ -182,7 +207,7 @@ func newDaemonCommand(h *hostFlags) *cobra.Command {
 	status.Flags().BoolVar(&jsonOut, "json", false, "print the status as one JSON object")
 	stop := &cobra.Command{
 		Use:   "stop",
-		Short: "Stop the managed containerd (SIGTERM, then SIGKILL after 10s); runs still using it fail",
+		Short: "Stop the managed containerd (SIGTERM, then SIGKILL after 10s) and, as root, end the tasks it ran; runs still using it fail",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stateDir := h.stateDir

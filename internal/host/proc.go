@@ -135,3 +135,49 @@ func BootTime() (time.Time, error) {
 	}
 	return time.Time{}, errors.New("/proc/stat: no btime line")
 }
+
+// Pids lists the processes /proc shows, in /proc's order.
+func Pids() ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	pids := make([]int, 0, len(entries))
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// Cmdline is the argument vector of pid (/proc/<pid>/cmdline); empty for
+// a kernel thread or a zombie.
+func Cmdline(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil, err
+	}
+	return SplitCmdline(b), nil
+}
+
+// SplitCmdline splits the text of /proc/<pid>/cmdline: arguments, each
+// ended by a NUL.
+func SplitCmdline(b []byte) []string {
+	s := strings.TrimRight(string(b), "\x00")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\x00")
+}
+
+// Cwd is the working directory of pid (/proc/<pid>/cwd).
+func Cwd(pid int) (string, error) {
+	return os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
+}
+
+// Exe is the program pid runs (/proc/<pid>/exe); a program replaced on
+// disk since it started reads "<path> (deleted)".
+func Exe(pid int) (string, error) {
+	return os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+}

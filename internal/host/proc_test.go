@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +112,54 @@ func TestProcessIdentity(t *testing.T) {
 		if _, err := ReadStat(bad); err == nil {
 			t.Errorf("ReadStat(%d) succeeded", bad)
 		}
+	}
+}
+
+func TestSplitCmdline(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{"\x00", nil},
+		{"sleep\x0030\x00", []string{"sleep", "30"}},
+		{"a\x00\x00b\x00", []string{"a", "", "b"}},
+		{"no-nul", []string{"no-nul"}},
+	} {
+		if got := SplitCmdline([]byte(tc.in)); !slices.Equal(got, tc.want) {
+			t.Errorf("SplitCmdline(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// A child seen through procfs: listed, with its argv, working directory
+// and program.
+func TestProcessFacts(t *testing.T) {
+	dir := t.TempDir()
+	script := "sleep 30; : \"$0\""
+	cmd := exec.Command("sh", "-c", script, "arg with space")
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	pids, err := Pids()
+	if err != nil || !slices.Contains(pids, pid) || !slices.Contains(pids, os.Getpid()) {
+		t.Fatalf("Pids() = %d pids, %v; want the child %d and this process", len(pids), err, pid)
+	}
+	if args, err := Cmdline(pid); err != nil || !slices.Equal(args, []string{"sh", "-c", script, "arg with space"}) {
+		t.Errorf("Cmdline = %q, %v", args, err)
+	}
+	if cwd, err := Cwd(pid); err != nil || cwd != dir {
+		t.Errorf("Cwd = %q, %v; want %q", cwd, err, dir)
+	}
+	want, _ := exec.LookPath("sh")
+	want, _ = filepath.EvalSymlinks(want)
+	if exe, err := Exe(pid); err != nil || exe != want {
+		t.Errorf("Exe = %q, %v; want %q", exe, err, want)
+	}
+	if _, err := Cmdline(-1); err == nil {
+		t.Error("Cmdline(-1) succeeded")
 	}
 }

@@ -23,13 +23,28 @@
 // that includes the daemon's address, so they never collide) and the runc
 // state root /run/containerd/runc/<namespace> (unless the task is created
 // with runc options naming another Root: Managed.RuncRoot is the one to
-// use). Stopping the daemon does not stop containers it started: their
-// shims keep running and the next start of the daemon reconnects to them.
+// use).
+//
+// Stopping the managed daemon ends what it ran: containerd leaves its
+// shims (and the tasks they serve) running when it exits, so Stop then ends
+// every shim started with this daemon's address and removes the task
+// bundles in its state directory (Managed.EndShims). That is done as root
+// only: a rootless daemon's shims and tasks live in RootlessKit's user and
+// mount namespaces, and the next start of that daemon finds them.
+//
+// Shims are found as processes (Shims: a containerd-shim command line with
+// -namespace, -id and -address, working in the task's bundle), not through
+// containerd, so that gc can end a shim containerd lost track of (a client
+// killed while its task was created or deleted) and Stop can end them once
+// the daemon is gone. Shim.End does what containerd does for a dead shim:
+// the shim binary's own delete (runc delete --force, rootfs unmounted),
+// then SIGKILL, and the bundle removed.
 //
 // A process found through the pid file is only trusted after its identity is
 // checked (a containerd whose command line names this daemon's config file),
 // and it is signalled through a pidfd, so a recycled pid is never signalled.
 //
 // This package does not choose a containerd namespace (callers set it) and
-// does not inspect what the daemon runs.
+// does not read containerd's metadata (containers, snapshots, leases): which
+// shim is abandoned is the caller's decision.
 package daemon

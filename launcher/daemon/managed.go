@@ -355,9 +355,51 @@ func (m Managed) Status(ctx context.Context) (Status, error) {
 // Stop ends the managed daemon: SIGTERM, up to grace for it to exit, then
 // SIGKILL. Once begun it runs to completion: a cancelled ctx skips the rest
 // of the grace period, never the kill. It is retry-safe: no daemon running
-// is success. The pid file and sockets are removed. Containers the daemon
-// started keep running under their shims (see the package doc).
+// is success. The pid file and sockets are removed. Then, as root, the
+// daemon's tasks are ended with it: every shim it started (and the task it
+// serves) and every task bundle left in its state directory (EndShims), so
+// nothing it ran outlives it. A rootless daemon's tasks live in
+// RootlessKit's namespaces, where this process is not: they are left to
+// the next start of the daemon, as before.
 func (m Managed) Stop(ctx context.Context, grace time.Duration) error {
+	if err := m.stopDaemon(ctx, grace); err != nil {
+		return err
+	}
+	if m.Rootless || !host.RealRoot() {
+		return nil
+	}
+	return m.EndShims(context.WithoutCancel(ctx))
+}
+
+// EndShims ends the shims of this daemon's tasks (Shim.End) and removes
+// the task bundles left in its state directory. The daemon must not run:
+// it would see its tasks die. It returns every failure, after trying all.
+func (m Managed) EndShims(ctx context.Context) error {
+	shims, err := Shims()
+	if err != nil {
+		return fmt.Errorf("managed containerd: finding its shims: %w", err)
+	}
+	var errs []error
+	for _, s := range shims {
+		if SameAddress(s.Address, m.Address) {
+			errs = append(errs, s.End(ctx))
+		}
+	}
+	namespaces, err := os.ReadDir(filepath.Join(m.State, TaskStateDir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("managed containerd: task bundles: %w", err))
+	}
+	for _, ns := range namespaces {
+		ids, err := TaskBundles(m.State, ns.Name())
+		errs = append(errs, err)
+		for _, id := range ids {
+			errs = append(errs, RemoveBundle(TaskBundle(m.State, ns.Name(), id)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m Managed) stopDaemon(ctx context.Context, grace time.Duration) error {
 	if err := m.validate(); err != nil {
 		return err
 	}
@@ -437,7 +479,7 @@ func (m Managed) find() (*process, error) {
 
 // isOurs: pid runs containerd with this layout's config.
 func (m Managed) isOurs(pid int) bool {
-	args, err := processArgs(pid)
+	args, err := host.Cmdline(pid)
 	if err != nil || len(args) == 0 {
 		return false
 	}

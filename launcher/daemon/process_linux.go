@@ -1,14 +1,10 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -69,19 +65,6 @@ func (p *process) exitedOrDone(ctx context.Context, timeout time.Duration) (bool
 			return gone, err
 		}
 	}
-}
-
-// processArgs is the command line of pid.
-func processArgs(pid int) ([]string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		return nil, err
-	}
-	b = bytes.TrimRight(b, "\x00")
-	if len(b) == 0 {
-		return nil, nil
-	}
-	return strings.Split(string(b), "\x00"), nil
 }
 
 // socketPeerPID is the pid of the process listening on the unix socket at

@@ -23,7 +23,6 @@ func (p *process) exited(time.Duration) (bool, error) { return false, errNotLinu
 func (p *process) exitedOrDone(context.Context, time.Duration) (bool, error) {
 	return false, errNotLinux
 }
-func processArgs(int) ([]string, error)                { return nil, errNotLinux }
 func processStartTime(int) (time.Time, error)          { return time.Time{}, errNotLinux }
 func socketPeerPID(string) (int, error)                { return 0, errNotLinux }
 func detachAttr() *syscall.SysProcAttr                 { return nil }

@@ -75,6 +75,10 @@ type Endpoint struct {
 	// ("" = the runtime's default). Set for the managed daemon, whose tasks
 	// would otherwise keep runc state in the system's /run/containerd/runc.
 	RuncRoot string
+	// State is the daemon's state directory, where its task bundles are,
+	// when hookbox knows it: the managed daemon's, or containerd's default
+	// for the default system socket; "" otherwise.
+	State string
 	// Rootless: the daemon runs in RootlessKit's user namespace; a rootless
 	// hookbox enters the user and mount namespaces of ChildPID to use it.
 	// FIFODir, when set, is where task stdio FIFOs go.
@@ -146,7 +150,7 @@ func Resolve(ctx context.Context, flagAddr string, opts Options) (*client.Client
 	}
 	c, v, pingErr := dialAndPing(ctx, addr, timeout)
 	if pingErr == nil {
-		return c, Endpoint{Address: addr, Source: src, Version: v.Version}, nil
+		return c, Endpoint{Address: addr, Source: src, Version: v.Version, State: defaultState(addr)}, nil
 	}
 	switch src {
 	case SourceFlag:
@@ -166,7 +170,7 @@ func Resolve(ctx context.Context, flagAddr string, opts Options) (*client.Client
 		// what earlier runs left there is only reachable through it.
 		if c, v, err := dialAndPing(ctx, m.Address, timeout); err == nil {
 			progress(opts.Progress, fmt.Sprintf("no containerd answers at %s; using the running managed containerd at %s", addr, m.Address))
-			return c, Endpoint{Address: m.Address, Source: SourceManaged, Managed: true, Version: v.Version, RuncRoot: m.RuncRoot}, nil
+			return c, Endpoint{Address: m.Address, Source: SourceManaged, Managed: true, Version: v.Version, RuncRoot: m.RuncRoot, State: m.State}, nil
 		}
 	}
 	if !opts.AutoStart {
@@ -190,7 +194,17 @@ func Resolve(ctx context.Context, flagAddr string, opts Options) (*client.Client
 		return nil, Endpoint{}, fmt.Errorf("managed containerd started but %w: see %s, or run hookbox daemon stop", err, m.Log)
 	}
 	progress(opts.Progress, fmt.Sprintf("managed containerd %s ready at %s (%s)", v.Version, m.Address, time.Since(began).Round(time.Millisecond)))
-	return c, Endpoint{Address: m.Address, Source: SourceManaged, Managed: true, Version: v.Version, RuncRoot: m.RuncRoot}, nil
+	return c, Endpoint{Address: m.Address, Source: SourceManaged, Managed: true, Version: v.Version, RuncRoot: m.RuncRoot, State: m.State}, nil
+}
+
+// defaultState is the state directory of the daemon at addr when that is
+// the system default socket, whose daemon (unless configured otherwise)
+// keeps its state in containerd's default place.
+func defaultState(addr string) string {
+	if addr == SystemAddress {
+		return DefaultSystemState
+	}
+	return ""
 }
 
 // SelectAddress applies the precedence (flag, $HOOKBOX_CONTAINERD_ADDRESS,
@@ -395,7 +409,7 @@ func ResolveRootless(ctx context.Context, flagAddr string, opts Options) (Endpoi
 			return Endpoint{}, err
 		}
 		return Endpoint{Address: m.Address, Source: SourceManaged, Managed: true, Version: v, RuncRoot: m.RuncRoot,
-			Rootless: true, ChildPID: pid, FIFODir: m.FIFODir}, nil
+			State: m.State, Rootless: true, ChildPID: pid, FIFODir: m.FIFODir}, nil
 	}
 	if v, err := ping(m.Address); err == nil {
 		return endpoint(v)

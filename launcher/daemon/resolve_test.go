@@ -203,7 +203,7 @@ func TestResolveUsesRunningManaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	want := Endpoint{Address: m.Address, Source: SourceManaged, Managed: true, Version: "managed", RuncRoot: m.RuncRoot}
+	want := Endpoint{Address: m.Address, Source: SourceManaged, Managed: true, Version: "managed", RuncRoot: m.RuncRoot, State: m.State}
 	if ep != want {
 		t.Errorf("endpoint = %+v, want %+v", ep, want)
 	}

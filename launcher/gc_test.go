@@ -1,0 +1,117 @@
+package launcher
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"hookbox.dev/hookbox/internal/host"
+)
+
+// abandonedRecord writes the intent of a run whose hookbox is gone (this
+// process's pid with another start time) and that was to have no cgroup.
+func abandonedRecord(t *testing.T, stateDir, id string) string {
+	t.Helper()
+	self, err := host.StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(RunsDir(stateDir), id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	intent := Intent{SchemaVersion: 1, RunID: id, ContainerID: id, SnapshotKey: id, HookboxPID: os.Getpid(), HookboxStart: self + 1,
+		Address: "/run/hookbox-test-gone/containerd.sock", CreatedAt: time.Now().UTC()}
+	if err := writeJSON(filepath.Join(dir, IntentFile), intent, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func readMark(t *testing.T, dir string) (Collected, bool) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, CollectedFile))
+	if err != nil {
+		return Collected{}, false
+	}
+	var mark Collected
+	if err := json.Unmarshal(data, &mark); err != nil {
+		t.Fatalf("%s: %v", CollectedFile, err)
+	}
+	return mark, true
+}
+
+// Without containerd, gc cannot check an abandoned run's containerd
+// resources: it reports them as left, marks the run incomplete and checks
+// it again next time.
+func TestGCWithoutContainerdNeverMarksARunCollected(t *testing.T) {
+	state := t.TempDir()
+	dir := abandonedRecord(t, state, "hbx-test-nocontainerd")
+	for pass := 1; pass <= 2; pass++ {
+		report, err := GC(context.Background(), nil, state, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(report.Left, func(l GCLeft) bool { return l.RunID == "hbx-test-nocontainerd" && l.What == "containerd" }) {
+			t.Errorf("pass %d: left %+v, want the run's containerd resources unchecked", pass, report.Left)
+		}
+		if mark, ok := readMark(t, dir); !ok || mark.Complete || len(mark.Left) == 0 {
+			t.Errorf("pass %d: mark %+v (written: %v), want an incomplete mark listing what is left", pass, mark, ok)
+		}
+	}
+}
+
+// A complete mark ends gc's interest in a run; a mark without "complete"
+// (an older hookbox's, written whatever it left) does not.
+func TestGCMarks(t *testing.T) {
+	state := t.TempDir()
+	done := abandonedRecord(t, state, "hbx-test-complete")
+	if err := writeJSON(filepath.Join(done, CollectedFile), Collected{Complete: true, CheckedAt: time.Now()}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	legacy := abandonedRecord(t, state, "hbx-test-legacy")
+	if err := writeJSON(filepath.Join(legacy, CollectedFile), map[string]any{"collected_at": time.Now()}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	report, err := GC(context.Background(), nil, state, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checked []string
+	for _, l := range report.Left {
+		if !slices.Contains(checked, l.RunID) {
+			checked = append(checked, l.RunID)
+		}
+	}
+	if !slices.Equal(checked, []string{"hbx-test-legacy"}) {
+		t.Errorf("gc checked %v, want only the run with the legacy mark", checked)
+	}
+}
+
+func TestFIFOSets(t *testing.T) {
+	root := t.TempDir()
+	mk := func(dir string, files ...string) {
+		os.MkdirAll(filepath.Join(root, dir), 0o700)
+		for _, f := range files {
+			os.WriteFile(filepath.Join(root, dir, f), nil, 0o600)
+		}
+	}
+	mk("1", "hbx-a-stdout", "hbx-a-stderr")
+	mk("2", "hbx-a-stdin", "hbx-a-stdout", "hbx-a-stderr")
+	mk("3", "hbx-b-stdout", "hbx-c-stderr") // two tasks: not one set
+	mk("4", "hbx-d-stdout", "notes.txt")
+	mk("5")
+	os.WriteFile(filepath.Join(root, "hbx-e-stdout"), nil, 0o600) // not in a set directory
+	got := fifoSets(root)
+	want := map[string][]string{"hbx-a": {filepath.Join(root, "1"), filepath.Join(root, "2")}}
+	if len(got) != len(want) || !slices.Equal(got["hbx-a"], want["hbx-a"]) {
+		t.Errorf("fifoSets = %v, want %v", got, want)
+	}
+	if sets := fifoSets(filepath.Join(root, "missing")); len(sets) != 0 {
+		t.Errorf("a missing FIFO directory: %v", sets)
+	}
+}
