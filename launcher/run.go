@@ -205,9 +205,12 @@ type execution struct {
 	// engineStarted: the task was started; before that, an exit status is
 	// runc init's, never the engine's.
 	engineStarted bool
-	killedFor     string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
-	trace         *tracing
-	egress        *egressRun
+	// initPID and initExe: the task's init and its executable before Start.
+	initPID   int
+	initExe   string
+	killedFor string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
+	trace     *tracing
+	egress    *egressRun
 	// ownerStart is this hookbox's start time, labelled on what it creates.
 	ownerStart string
 	// cgroupsPath is the run's cgroup: oci.CgroupsPath, or a delegated one;
@@ -639,6 +642,12 @@ func (x *execution) create() error {
 	faultpoint.Reach(faultpoint.BeforeStart)
 	err = x.daemonCall(context.WithoutCancel(x.ctx), daemonDeadlines.create, func(ctx context.Context) error { return x.task.Start(ctx) })
 	if err != nil {
+		// A containerd that died or hung mid-call may have started the
+		// task before its reply was lost: the init no longer running
+		// runc's binary says so, and its exit status is then the engine's.
+		if exe, e := host.Exe(x.initPID); e == nil && x.initExe != "" && exe != x.initExe {
+			x.engineStarted = true
+		}
 		return fmt.Errorf("start task: %w", err)
 	}
 	x.engineStarted = true
@@ -649,6 +658,8 @@ func (x *execution) create() error {
 // identity the spawn record keeps (docs/contracts.md 1.3). On a kernel
 // without pidfds init is only read, and containerd signals it.
 func (x *execution) pinInit(pid int) (uint64, error) {
+	x.initPID = pid
+	x.initExe, _ = host.Exe(pid) // runc init's, until Start execs the init
 	p, err := cgroup.OpenProcess(pid, 0)
 	if errors.Is(err, cgroup.ErrNotSupported) {
 		start, err := host.StartTime(pid)
