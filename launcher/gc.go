@@ -86,6 +86,15 @@ type GCReport struct {
 // run for a later gc. Every step is idempotent: a resource already gone
 // counts as removed, so a second gc does nothing.
 func GC(ctx context.Context, b *Backend, stateDir string, dryRun bool) (*GCReport, error) {
+	return collect(ctx, b, stateDir, dryRun, true)
+}
+
+// collect is one gc pass; sweep adds the namespace sweep (what other state
+// dirs' killed runs left, lost shims, bundles and FIFO sets). The pass a
+// run makes before it starts leaves that to hookbox gc: it stays cheap,
+// and a run in one state dir never ends another state dir's abandoned run
+// while a test or a user is still looking at it.
+func collect(ctx context.Context, b *Backend, stateDir string, dryRun, sweep bool) (*GCReport, error) {
 	g := &collector{
 		ctx:     namespaces.WithNamespace(ctx, oci.Namespace),
 		dryRun:  dryRun,
@@ -125,7 +134,7 @@ func GC(ctx context.Context, b *Backend, stateDir string, dryRun bool) (*GCRepor
 		g.collectRun(dir, intent)
 	}
 	collectHelpers(ctx, hostCgroups().Helpers(), dryRun, g.report)
-	if g.client != nil {
+	if sweep && g.client != nil {
 		if err := g.sweep(); err != nil {
 			return g.report, err
 		}

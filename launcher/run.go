@@ -136,10 +136,11 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A cheap collection of what abandoned runs left, before adding a run;
-	// a daemon that stopped answering since it was resolved cannot hold it.
+	// A cheap collection of what this state dir's abandoned runs left,
+	// before adding a run; a daemon that stopped answering since it was
+	// resolved cannot hold it.
 	gcCtx, cancelGC := context.WithTimeout(ctx, daemonDeadlines.gc)
-	collected, _ := GC(gcCtx, opts.Backend, opts.StateDir, false)
+	collected, _ := collect(gcCtx, opts.Backend, opts.StateDir, false, false)
 	cancelGC()
 	started := time.Now()
 	dir := filepath.Join(RunsDir(opts.StateDir), id)
