@@ -9,6 +9,9 @@ func apiserverArgs(l Layout) []string {
 		"--etcd-servers=" + EtcdURL(),
 		"--bind-address=" + Host,
 		"--advertise-address=" + Host,
+		// The reconciler refuses a loopback address for the kubernetes
+		// service's endpoints; no pod here talks to the API server.
+		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(APIServerPort),
 		"--tls-cert-file=" + p("apiserver.crt"),
 		"--tls-private-key-file=" + p("apiserver.key"),

@@ -14,20 +14,20 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// containerdConfig is containerd's config (version 3, containerd ≥ 2.0):
-// every path is the cluster's own, so the system containerd, its runc state
-// and its NRI socket are never touched.
+// containerdConfig is containerd's config (version 4, containerd 2.4):
+// every path is the cluster's own, so that the system containerd's socket,
+// state, shim sockets, runc state and NRI socket are never touched, and no
+// drop-in of /etc/containerd/conf.d is read.
 func containerdConfig(l Layout) string {
 	q := strconv.Quote
-	return `version = 3
+	return `version = 4
 root = ` + q(l.ContainerdRoot()) + `
 state = ` + q(l.ContainerdState()) + `
-# NRI would listen on /var/run/nri/nri.sock; the tracing and the block,
-# zfs, btrfs, devmapper and erofs snapshotters are not used here.
+imports = []
+# NRI would listen on /var/run/nri/nri.sock; the other snapshotters are
+# not used.
 disabled_plugins = [
   "io.containerd.nri.v1.nri",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
   "io.containerd.snapshotter.v1.blockfile",
   "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.devmapper",
@@ -35,17 +35,20 @@ disabled_plugins = [
   "io.containerd.snapshotter.v1.zfs",
 ]
 
-[grpc]
+[plugins."io.containerd.server.v1.grpc"]
   address = ` + q(l.ContainerdSocket()) + `
 
-[ttrpc]
+[plugins."io.containerd.server.v1.ttrpc"]
   address = ` + q(l.ContainerdSocket()+".ttrpc") + `
 
-[debug]
+[plugins."io.containerd.server.v1.debug"]
   address = ""
 
-[metrics]
+[plugins."io.containerd.server.v1.metrics"]
   address = ""
+
+[plugins."io.containerd.shim.v1.manager"]
+  socket_dir = ` + q(filepath.Join(l.Run, "s")) + `
 
 [plugins."io.containerd.internal.v1.opt"]
   path = ` + q(filepath.Join(l.State, "opt")) + `
@@ -57,12 +60,15 @@ disabled_plugins = [
 
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
-  # No registry is reachable: the sandbox image is imported by up.
+  # No registry is reachable: up imports the sandbox image.
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = ` + q(PauseImage) + `
 
 [plugins."io.containerd.cri.v1.runtime"]
   enable_selinux = false
+  # Root may lack CAP_SYS_RESOURCE (CI VMs do): then no process can lower
+  # its oom_score_adj, and runc fails to start the sandbox's -998.
+  restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   cdi_spec_dirs = []
   [plugins."io.containerd.cri.v1.runtime".cni]
@@ -90,7 +96,7 @@ const runcPath = "/usr/sbin/runc"
 func cniConfig(l Layout) ([]byte, error) {
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
-		"name":       "hookbox-cluster",
+		"name":       cniNetwork,
 		"plugins": []any{map[string]any{
 			"type":      "bridge",
 			"bridge":    Bridge,
@@ -105,6 +111,10 @@ func cniConfig(l Layout) ([]byte, error) {
 	}
 	return json.MarshalIndent(conf, "", "  ")
 }
+
+// cniNetwork is the pod network's name; libcni names its cached results
+// after it.
+const cniNetwork = "hookbox-cluster"
 
 // kubeletConfig is the kubelet's configuration file.
 func kubeletConfig(l Layout) ([]byte, error) {

@@ -70,7 +70,9 @@ func Down(l Layout, progress io.Writer) error {
 	if err := removeCgroupRoot(); err != nil {
 		errs = append(errs, err)
 	}
-	removeContainerLogLinks(l)
+	if err := removeHostPaths(l); err != nil {
+		errs = append(errs, err)
+	}
 	for _, d := range []string{l.Run, l.State} {
 		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, fmt.Errorf("removing %s: %w", d, err))
@@ -165,8 +167,10 @@ func clusterPids(l Layout) []int {
 	return pids
 }
 
+// killLeftovers kills clusterPids and returns how many there were.
 func killLeftovers(l Layout) int {
 	pids := clusterPids(l)
+	n := len(pids)
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
@@ -177,7 +181,7 @@ func killLeftovers(l Layout) int {
 			return err != nil || st == "Z"
 		})
 	}
-	return len(clusterPids(l))
+	return n
 }
 
 // mountsUnder lists mount points at or below any of dirs, deepest first.
@@ -222,19 +226,6 @@ func unmountUnder(dirs ...string) (int, error) {
 func linkExists(name string) bool {
 	_, err := os.Stat("/sys/class/net/" + name)
 	return err == nil
-}
-
-// removeContainerLogLinks removes the kubelet's symlinks in
-// /var/log/containers (a path it hard-codes) that point into PodLogs.
-func removeContainerLogLinks(l Layout) {
-	const dir = "/var/log/containers"
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		p := filepath.Join(dir, e.Name())
-		if target, err := os.Readlink(p); err == nil && strings.HasPrefix(target, l.PodLogs()+"/") {
-			_ = os.Remove(p)
-		}
-	}
 }
 
 func checkNothingLeft(l Layout) []error {

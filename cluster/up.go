@@ -66,6 +66,9 @@ func Up(ctx context.Context, l Layout, timeout time.Duration, progress io.Writer
 			return err
 		}
 	}
+	if err := recordHostPaths(l); err != nil {
+		return err
+	}
 	if err := writePKI(l); err != nil {
 		return err
 	}
