@@ -168,12 +168,7 @@ func (l Layout) Client() (*kubernetes.Clientset, error) {
 
 // Ctr runs the cluster's ctr against its containerd, in namespace k8s.io.
 func (l Layout) Ctr(args ...string) ([]byte, error) {
-	return l.ctrWithInput(nil, args...)
-}
-
-func (l Layout) ctrWithInput(stdin io.Reader, args ...string) ([]byte, error) {
 	cmd := exec.Command(l.BinPath("ctr"), append([]string{"--address", l.ContainerdSocket(), "--namespace", Namespace}, args...)...)
-	cmd.Stdin = stdin
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return out, fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
@@ -184,7 +179,7 @@ func (l Layout) ctrWithInput(stdin io.Reader, args ...string) ([]byte, error) {
 // ImportImage imports img into the cluster's containerd (namespace k8s.io,
 // unpacked for overlayfs), where the kubelet finds it without a pull.
 func (l Layout) ImportImage(img *Image) error {
-	_, err := l.ctrWithInput(bytes.NewReader(img.Layout), "images", "import", "--local", "--snapshotter", "overlayfs", "-")
+	_, err := l.Ctr("images", "import", "--local", "--snapshotter", "overlayfs", img.LayoutTar)
 	if err != nil {
 		return fmt.Errorf("importing %s into the cluster's containerd: %w", img.Name, err)
 	}
@@ -201,10 +196,14 @@ func importPauseImage(l Layout) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pause"), b, 0o755); err != nil {
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return err
 	}
-	img, err := ImageFromDir(dir, PauseImage, ocispec.ImageConfig{Entrypoint: []string{"/pause"}, User: "65535:65535"})
+	if err := os.WriteFile(filepath.Join(rootfs, "pause"), b, 0o755); err != nil {
+		return err
+	}
+	img, err := ImageFromDir(rootfs, PauseImage, ocispec.ImageConfig{Entrypoint: []string{"/pause"}, User: "65535:65535"}, dir)
 	if err != nil {
 		return err
 	}
