@@ -118,6 +118,40 @@ func images(t *testing.T, l cluster.Layout, hookbox string, specArgs []string, s
 	return base, runfiles, seed
 }
 
+// proxyImage imports an image holding the hookbox binary on its PATH, for
+// the egress proxy sidecar, and returns its name.
+func proxyImage(t *testing.T, l cluster.Layout, hookbox string) string {
+	t.Helper()
+	dir := t.TempDir()
+	b, err := os.ReadFile(hookbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "usr", "local", "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "usr", "local", "bin", "hookbox"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img, err := cluster.ImageFromDir(dir, "hookbox.dev/test/proxy@", ocispec.ImageConfig{Env: []string{"PATH=/usr/local/bin"}, User: "65532:65532"}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ImportImage(img); err != nil {
+		t.Fatal(err)
+	}
+	return img.Name
+}
+
+func exampleWorkspace(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../examples/workspace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // treeImage assembles the runfiles tree of a spec (hookbox render
 // --runfiles, in its own state dir), imports it as a one-layer image named
 // name (ending in "@": by digest) and returns the image's name.
@@ -185,20 +219,30 @@ type specJob struct {
 	objects []byte // what was applied
 }
 
-// applySpec renders spec (with --set sets) for the cluster, creates its
-// namespace, workspace claim and, when secrets is not nil, the Secret
-// hookbox-secrets, and applies the objects with the cluster's kubectl.
-func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kubernetes.Interface, spec, workspaceDir string, secrets map[string]string, sets ...string) specJob {
+// A jobSpec says what applySpec renders and what the objects need.
+type jobSpec struct {
+	spec      string // the spawn spec
+	workspace string // the directory the workspace claim's volume holds
+	// secrets, when not nil, become the Secret hookbox-secrets.
+	secrets map[string]string
+	// proxy builds a proxy image (the hookbox binary) for an allowlist.
+	proxy bool
+}
+
+// applySpec renders js.spec for the cluster, creates its namespace,
+// workspace claim and Secret, and applies the objects with the cluster's
+// kubectl.
+func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kubernetes.Interface, js jobSpec) specJob {
 	t.Helper()
 	hookbox := repoBin(t, "hookbox")
 	repoBin(t, "hookbox-init")
 	repoBin(t, "hookbox-scripted-engine")
 	stateDir := t.TempDir()
-	var setArgs []string
-	for _, s := range sets {
-		setArgs = append(setArgs, "--set", s)
+	base, runfiles, seed := images(t, l, hookbox, []string{js.spec}, stateDir)
+	var imageArgs []string
+	if js.proxy {
+		imageArgs = append(imageArgs, "--proxy-image", proxyImage(t, l, hookbox))
 	}
-	base, runfiles, seed := images(t, l, hookbox, append([]string{spec}, setArgs...), stateDir)
 
 	ns := fmt.Sprintf("hookbox-test-%d", time.Now().UnixNano()%1_000_000_000)
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -211,16 +255,17 @@ func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kuber
 		}
 		_ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
-	workspace(t, client, ns, workspaceDir)
-	if secrets != nil {
-		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hookbox-secrets", Namespace: ns}, StringData: secrets}
+	workspace(t, client, ns, js.workspace)
+	if js.secrets != nil {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hookbox-secrets", Namespace: ns}, StringData: js.secrets}
 		if _, err := client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	args := append([]string{"render", "--state-dir", stateDir, "--runfiles", "--format", "k8s", spec}, setArgs...)
-	objects := run(t, hookbox, append(args, "--image", base, "--runfiles-image", runfiles, "--seed-image", seed, "--namespace", ns)...)
+	args := append([]string{"render", "--state-dir", stateDir, "--runfiles", "--format", "k8s", js.spec,
+		"--image", base, "--runfiles-image", runfiles, "--seed-image", seed, "--namespace", ns}, imageArgs...)
+	objects := run(t, hookbox, args...)
 	objectsFile := filepath.Join(t.TempDir(), "objects.yaml")
 	if err := os.WriteFile(objectsFile, objects, 0o644); err != nil {
 		t.Fatal(err)
@@ -235,6 +280,66 @@ func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kuber
 	j.name = j.job(t).Name
 	return j
 }
+
+// TestClaudeJobGoesThroughTheProxySidecar runs the real Claude Code CLI as
+// a Job with an egress allowlist (testdata/claude-egress.yaml): hookbox's
+// proxy runs as a native sidecar (an init container with restartPolicy
+// Always) whose startup probe (hookbox egress probe, exec) must pass before
+// the engine starts. The pods here have no route out, so no request can
+// succeed; the test checks that the engine's requests to the model API
+// reached the sidecar, which logged each attempt as one JSON line, and that
+// the engine printed its stream-json init event.
+func TestClaudeJobGoesThroughTheProxySidecar(t *testing.T) {
+	l, client := requireCluster(t)
+	const claude = "/opt/engines/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
+	if _, err := os.Stat(claude); err != nil {
+		t.Fatalf("the real Claude Code CLI is missing (make real-engines): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	spec, err := filepath.Abs("testdata/claude-egress.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := applySpec(ctx, t, l, client, jobSpec{spec: spec, workspace: exampleWorkspace(t), proxy: true,
+		secrets: map[string]string{"ANTHROPIC_API_KEY": "sk-ant-hookbox-cluster-test"}})
+
+	var proxyLog, log []byte
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		pod := j.pod(ctx, t, client)
+		for _, s := range pod.Status.InitContainerStatuses {
+			if term := s.State.Terminated; term != nil && term.ExitCode != 0 {
+				t.Fatalf("init container %s exited %d\n%s", s.Name, term.ExitCode, describe(client, j.ns))
+			}
+		}
+		logs := client.CoreV1().Pods(j.ns)
+		proxyLog, _ = logs.GetLogs(pod.Name, &corev1.PodLogOptions{Container: k8sProxyContainer}).DoRaw(ctx)
+		log, _ = logs.GetLogs(pod.Name, &corev1.PodLogOptions{Container: "engine"}).DoRaw(ctx)
+		if bytes.Contains(proxyLog, []byte(`"host":"api.anthropic.com"`)) && bytes.Contains(log, []byte(`"subtype":"init"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("within 2 minutes, no attempt to api.anthropic.com in the proxy's log or no init event in the engine's:\n%s\n%s\n%s", proxyLog, log, describe(client, j.ns))
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("proxy log:\n%s", proxyLog)
+	// hookbox egress serve writes a "listening on" line to stderr.
+	checkLog(t, proxyLog, false, map[string]any{"method": "CONNECT", "host": "api.anthropic.com", "port": float64(443), "rule": "api.anthropic.com:443"})
+
+	pod := j.pod(ctx, t, client)
+	for _, s := range pod.Status.InitContainerStatuses {
+		if s.Name == k8sProxyContainer && (s.Started == nil || !*s.Started || !s.Ready) {
+			t.Errorf("the proxy sidecar is not started and ready: %+v", s)
+		}
+	}
+	t.Logf("engine log so far:\n%s", log)
+	checkLog(t, log, true, map[string]any{"type": "system", "subtype": "init", "cwd": "/workspace"})
+}
+
+// k8sProxyContainer is the sidecar's name in the rendered Job
+// (render/k8s.ProxyContainer; this module does not import hookbox's).
+const k8sProxyContainer = "egress-proxy"
 
 // job is the rendered Job.
 func (j specJob) job(t *testing.T) *batchv1.Job {
@@ -284,7 +389,7 @@ func TestHelloJobCompletes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := applySpec(ctx, t, l, client, spec, filepath.Join(filepath.Dir(spec), "workspace"), nil)
+	j := applySpec(ctx, t, l, client, jobSpec{spec: spec, workspace: filepath.Join(filepath.Dir(spec), "workspace")})
 	waitForJob(ctx, t, client, j.ns, j.name)
 	log := j.engineLog(ctx, t, client)
 	t.Logf("engine log:\n%s", log)
@@ -314,11 +419,7 @@ func TestCodexJobSeedsItsHome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	workspaceDir, err := filepath.Abs("../examples/workspace")
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := applySpec(ctx, t, l, client, spec, workspaceDir, map[string]string{"OPENAI_API_KEY": "sk-hookbox-cluster-test"})
+	j := applySpec(ctx, t, l, client, jobSpec{spec: spec, workspace: exampleWorkspace(t), secrets: map[string]string{"OPENAI_API_KEY": "sk-hookbox-cluster-test"}})
 
 	// The engine runs once both init containers are done; its first events
 	// come within seconds.
