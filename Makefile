@@ -66,7 +66,7 @@ test:
 test-rootless:
 	bash integration/testdata/rootless.sh
 
-## lint: gofmt, go vet, staticcheck, go.mod tidy (and k8svalidate's), and the
+## lint: gofmt, go vet, staticcheck, go.mod tidy (and k8svalidate's and cluster's), and the
 ## committed schema is current (tools/buildkitd is a separate module, left out)
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -75,6 +75,7 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	@cd k8svalidate && $(GO) mod tidy -diff >/dev/null || { echo "k8svalidate/go.mod is not tidy: cd k8svalidate && go mod tidy"; exit 1; }
+	@cd cluster && $(GO) mod tidy -diff >/dev/null || { echo "cluster/go.mod is not tidy: cd cluster && go mod tidy"; exit 1; }
 	@$(GO) run ./cmd/hookbox schema | cmp -s - schema/spawn.schema.json || \
 	  { echo "schema/spawn.schema.json is stale: run make schema"; exit 1; }
 

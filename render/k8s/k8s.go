@@ -98,8 +98,9 @@ type Options struct {
 	// image volume (Kubernetes ≥ 1.35 by default, GA in 1.36).
 	RunfilesImage string
 	// SeedImage runs the init containers that prepare the run dir: any
-	// image with POSIX mkdir and install on its PATH (busybox, coreutils),
-	// pinned by digest.
+	// image with mkdir (-p, -m) and install (-m) on its PATH, such as
+	// coreutils', pinned by digest. install is not POSIX: some busybox
+	// builds lack it (Debian's busybox-static has no install applet).
 	SeedImage string
 	// WorkspaceClaim names the PersistentVolumeClaim holding the checkout
 	// to review, mounted read-only at /workspace (DefaultWorkspaceClaim).
