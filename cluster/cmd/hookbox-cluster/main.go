@@ -64,7 +64,9 @@ func main() {
 	switch flag.Arg(0) {
 	case "up":
 		if err = requireRoot(); err == nil {
-			err = cluster.Up(ctx, l, *timeout, os.Stdout)
+			if err = cluster.Up(ctx, l, *timeout, os.Stdout); err != nil {
+				err = fmt.Errorf("%w\n(what started still runs, logs in %s: stop it with make cluster-down)", err, l.Logs())
+			}
 		}
 	case "down":
 		if err = requireRoot(); err == nil {
