@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -398,6 +400,50 @@ func TestHelloJobCompletes(t *testing.T) {
 		map[string]any{"type": "system", "subtype": "hook_response", "hook_event": "SessionStart", "command": "/usr/bin/printf", "exit_code": float64(0), "stdout": "hook says hello\n"},
 		map[string]any{"type": "result", "subtype": "success", "result": "wrote out/hello.txt"},
 	)
+}
+
+// TestDollarsReachTheEngineExactly runs testdata/dollars.yaml: on the
+// kubelet, the prompt (an argv element) and an env value full of $(VAR),
+// $$ and $ reach the engine as the spec wrote them.
+func TestDollarsReachTheEngineExactly(t *testing.T) {
+	l, client := requireCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	spec, err := filepath.Abs("testdata/dollars.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := applySpec(ctx, t, l, client, jobSpec{spec: spec, workspace: exampleWorkspace(t)})
+	waitForJob(ctx, t, client, j.ns, j.name)
+	log := j.engineLog(ctx, t, client)
+	t.Logf("engine log:\n%s", log)
+
+	const prompt = "costs $(HOME), $$(HOME), $HOME and $5"
+	const value = "$(PATH) $$(PATH) $PATH $"
+	sum := sha256.Sum256([]byte(value))
+	checkLog(t, log, true,
+		map[string]any{"type": "system", "subtype": "hook_response", "command": "/usr/bin/cat", "exit_code": float64(0)},
+		map[string]any{"type": "env_hash", "name": "DOLLARS", "sha256": hex.EncodeToString(sum[:])},
+	)
+	// The hook printed the payload the engine sent it: the prompt it got.
+	sc := bufio.NewScanner(bytes.NewReader(log))
+	for sc.Scan() {
+		var e struct {
+			Subtype, Stdout string
+		}
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Subtype != "hook_response" {
+			continue
+		}
+		var payload struct{ Prompt string }
+		if err := json.Unmarshal([]byte(e.Stdout), &payload); err != nil {
+			t.Fatalf("the hook's stdout is not the event's JSON: %v: %q", err, e.Stdout)
+		}
+		if payload.Prompt != prompt {
+			t.Errorf("the engine got the prompt %q, want %q", payload.Prompt, prompt)
+		}
+		return
+	}
+	t.Error("no hook_response in the engine's log")
 }
 
 // TestCodexJobSeedsItsHome runs the real Codex CLI as a Job with no
