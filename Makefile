@@ -7,7 +7,8 @@ FUZZTIME ?= 60s
 # go.mod entry); v0.8.2 (2026.2.2) builds with and checks Go 1.26.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build generate vmlinux real-engines test test-rootless integration lint fmt schema fuzz bench demo setup clean
+.PHONY: all build generate vmlinux real-engines test test-rootless integration lint fmt schema fuzz bench demo setup clean \
+	cluster-build cluster-up cluster-down cluster-status cluster-test
 
 all: build
 
@@ -68,7 +69,7 @@ test:
 test-rootless:
 	bash integration/testdata/rootless.sh
 
-## lint: gofmt, go vet, staticcheck, go.mod tidy (and k8svalidate's), and the
+## lint: gofmt, go vet, staticcheck, go.mod tidy (and k8svalidate's and cluster's), and the
 ## committed schema is current (tools/buildkitd is a separate module, left out)
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -77,6 +78,7 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	@cd k8svalidate && $(GO) mod tidy -diff >/dev/null || { echo "k8svalidate/go.mod is not tidy: cd k8svalidate && go mod tidy"; exit 1; }
+	@cd cluster && $(GO) mod tidy -diff >/dev/null || { echo "cluster/go.mod is not tidy: cd cluster && go mod tidy"; exit 1; }
 	@$(GO) run ./cmd/hookbox schema | cmp -s - schema/spawn.schema.json || \
 	  { echo "schema/spawn.schema.json is stale: run make schema"; exit 1; }
 
@@ -109,6 +111,66 @@ fuzz:
 	$(GO) test ./render/verify/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ebpf/ -run '^$$' -fuzz '^FuzzDecodeEvent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ebpf/ -run '^$$' -fuzz '^FuzzSplitArgv$$' -fuzztime $(FUZZTIME)
+
+## cluster-build: build the single-node test cluster (module cluster/) into
+## bin/cluster: Kubernetes v1.37.2 (kube-apiserver, kube-controller-manager,
+## kube-scheduler, kubelet, kubectl) and hookbox-cluster (embedded etcd) in
+## one go build, so they share compilation; containerd v2.4.2 (+ shim, ctr)
+## and the CNI plugins v1.10.0 with go install, each with its own release's
+## dependencies. Everything comes from the Go module proxy and stays in Go's
+## build cache; nice, because the machine is shared.
+CLUSTER_BIN   := bin/cluster
+K8S_VERSION   := v1.37.2
+CONTAINERD    := github.com/containerd/containerd/v2
+CONTAINERD_VERSION := v2.4.2
+CNI_PLUGINS   := github.com/containernetworking/plugins
+CNI_VERSION   := v1.10.0
+K8S_LDFLAGS   := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+  -X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=37 -X $(p).gitTreeState=clean)
+NICE          ?= nice -n 19
+cluster-build:
+	$(cluster-build-recipe)
+
+# What cluster-up needs built: rebuilt when the cluster module or this
+# Makefile changes (Go's build cache makes a rebuild a relink, about 95 s).
+CLUSTER_STAMP := $(CLUSTER_BIN)/.built
+$(CLUSTER_STAMP): cluster/go.mod cluster/go.sum $(shell find cluster -name '*.go' ! -name '*_test.go') Makefile
+	$(cluster-build-recipe)
+	touch $@
+
+define cluster-build-recipe
+	cd cluster && CGO_ENABLED=0 $(NICE) $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o ../$(CLUSTER_BIN)/ \
+	  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+	  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl \
+	  ./cmd/hookbox-cluster ./cmd/pause
+	GOBIN=$(CURDIR)/$(CLUSTER_BIN) CGO_ENABLED=0 $(NICE) $(GO) install -trimpath \
+	  -ldflags '-X $(CONTAINERD)/version.Version=$(CONTAINERD_VERSION)' \
+	  $(CONTAINERD)/cmd/containerd@$(CONTAINERD_VERSION) $(CONTAINERD)/cmd/containerd-shim-runc-v2@$(CONTAINERD_VERSION) \
+	  $(CONTAINERD)/cmd/ctr@$(CONTAINERD_VERSION)
+	GOBIN=$(CURDIR)/$(CLUSTER_BIN)/cni CGO_ENABLED=0 $(NICE) $(GO) install -trimpath \
+	  $(CNI_PLUGINS)/plugins/main/bridge@$(CNI_VERSION) $(CNI_PLUGINS)/plugins/ipam/host-local@$(CNI_VERSION) \
+	  $(CNI_PLUGINS)/plugins/main/loopback@$(CNI_VERSION)
+endef
+
+## cluster-up: as root, start the cluster on loopback (etcd, containerd on
+## /run/hookbox-cluster/containerd.sock, the control plane and a kubelet) and
+## wait for the node to be Ready; KUBECONFIG=/var/lib/hookbox-cluster/admin.conf
+cluster-up: $(CLUSTER_STAMP)
+	$(CLUSTER_BIN)/hookbox-cluster up
+
+## cluster-down: stop the cluster and remove its processes, mounts, bridge,
+## cgroups and state
+cluster-down:
+	@test -x $(CLUSTER_BIN)/hookbox-cluster || { echo "$(CLUSTER_BIN)/hookbox-cluster is missing: make cluster-build"; exit 1; }
+	$(CLUSTER_BIN)/hookbox-cluster down
+
+cluster-status:
+	$(CLUSTER_BIN)/hookbox-cluster status
+
+## cluster-test: run examples/hello.yaml as a Job on the running cluster
+## (make cluster-up first)
+cluster-test: build
+	cd cluster && HOOKBOX_CLUSTER=1 $(GO) test -count=1 -v ./...
 
 clean:
 	rm -rf bin

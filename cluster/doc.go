@@ -1,0 +1,2 @@
+// Package cluster holds hookbox's single-node Kubernetes for tests.
+package cluster
