@@ -641,18 +641,40 @@ func (x *execution) create() error {
 	// The engine may print (and a reader react, e.g. with Ctrl-C) before
 	// Start's reply arrives: once created, starting is not abandoned.
 	faultpoint.Reach(faultpoint.BeforeStart)
-	err = x.daemonCall(context.WithoutCancel(x.ctx), daemonDeadlines.create, func(ctx context.Context) error { return x.task.Start(ctx) })
-	if err != nil {
-		// A containerd that died or hung mid-call may have started the
-		// task before its reply was lost: the init no longer running
-		// runc's binary says so, and its exit status is then the engine's.
-		if exe, e := host.Exe(x.initPID); e == nil && x.initExe != "" && exe != x.initExe {
+	startErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), daemonDeadlines.create)
+		defer cancel()
+		startErr <- x.task.Start(ctx)
+	}()
+	select {
+	case err = <-startErr:
+	case <-x.ctx.Done():
+		// Cancelled before containerd answered Start (it may hang): an
+		// engine already running is ended by teardown through the kernel,
+		// without waiting for the reply.
+		if x.initExecuted() {
 			x.engineStarted = true
+			return nil
 		}
+		err = <-startErr
+	}
+	if err = x.daemonFailed(err, daemonDeadlines.create); err != nil {
+		// A containerd that died or hung mid-call may have started the
+		// task before its reply was lost; its exit status is then the
+		// engine's.
+		x.engineStarted = x.initExecuted()
 		return fmt.Errorf("start task: %w", err)
 	}
 	x.engineStarted = true
 	return nil
+}
+
+// initExecuted reports whether the task's init no longer runs runc's
+// binary: Start has exec'd it, whatever containerd answered.
+func (x *execution) initExecuted() bool {
+	exe, err := host.Exe(x.initPID)
+	return err == nil && x.initExe != "" && exe != x.initExe
 }
 
 // pinInit opens a pidfd on the task's init and returns its start time, the

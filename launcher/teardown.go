@@ -202,7 +202,12 @@ func (x *execution) collectExit(wait time.Duration) {
 func (x *execution) daemonCall(ctx context.Context, timeout time.Duration, call func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err := call(ctx)
+	return x.daemonFailed(call(ctx), timeout)
+}
+
+// daemonFailed notes a call's error that says containerd is unreachable
+// and names the deadline it exceeded.
+func (x *execution) daemonFailed(err error, timeout time.Duration) error {
 	if err != nil && daemonUnreachable(err) {
 		x.noteDaemonError(err)
 		if errors.Is(err, context.DeadlineExceeded) || errdefs.IsDeadlineExceeded(err) {
