@@ -13,6 +13,8 @@
 package render
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strings"
 
@@ -392,12 +394,33 @@ func (r *Render) ExtraMountPoints(imageMountPoints []string) []string {
 	return out
 }
 
-// Canonical returns the canonical JSON bytes of r.
+// Canonical returns the canonical JSON bytes of r. The runfiles manifest,
+// most of a render with a large engine, is encoded directly
+// (CanonicalRunfiles) and inserted into the canonical JSON of the rest:
+// the same bytes as canonjson.Marshal(r).
 func (r *Render) Canonical() ([]byte, error) {
-	return canonjson.Marshal(r)
+	if len(r.Runfiles) == 0 {
+		return canonjson.Marshal(r)
+	}
+	rest := *r
+	rest.Runfiles = nil
+	head, err := canonjson.Marshal(&rest)
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := CanonicalRunfiles(r.Runfiles)
+	if err != nil {
+		return nil, err
+	}
+	return canonjson.InsertMember(head, "runfiles", manifest)
 }
 
 // Digest returns "sha256:<hex>" over the canonical bytes, and those bytes.
 func (r *Render) Digest() (string, []byte, error) {
-	return canonjson.Digest(r)
+	data, err := r.Canonical()
+	if err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:]), data, nil
 }
