@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"hookbox.dev/hookbox/render"
-	"hookbox.dev/hookbox/render/canonjson"
 )
 
 // Result is what Assemble produced.
@@ -20,7 +20,7 @@ type Result struct {
 	// Manifest is every entry of the tree, sorted by path: what goes into
 	// render.Render.Runfiles.
 	Manifest []render.Runfile
-	// ManifestDigest is canonjson.Digest(Manifest): "sha256:<hex>".
+	// ManifestDigest is render.RunfilesDigest(Manifest): "sha256:<hex>".
 	ManifestDigest string
 	// TreeDir is the assembled read-only tree, laid out like the host's
 	// "/": mount it (as the top lower layer) at the container's root.
@@ -62,7 +62,12 @@ type Stats struct {
 	Repaired     int
 	TreeBuilt    bool
 	TreeReplaced bool
-	Duration     time.Duration
+	// Indexed: nothing changed since the last assembly of the same inputs,
+	// as its index and the seals of its tree showed (one stat per host
+	// file and per tree entry, see the package doc); no stat-cache entry,
+	// store object or tree directory was read.
+	Indexed  bool
+	Duration time.Duration
 }
 
 // Progress reports one file of an assembly.
@@ -106,9 +111,28 @@ func Assemble(ctx context.Context, s *Store, programs []string, opts Options) (*
 }
 
 func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Options) (*Result, error) {
+	key := indexKey(programs, opts)
+	var (
+		idx   *assemblyIndex
+		seals *sealCheck
+	)
+	if opts.Verify == VerifyQuick {
+		if idx = s.loadIndex(key); idx != nil {
+			// The tree's seals are checked while the closure walks the
+			// host: both are a stat per entry, on two cores.
+			seals = startSealCheck(ctx, s.TreePath(idx.digest), idx)
+			defer seals.stop()
+		}
+	}
 	p, err := closure(ctx, programs, opts)
 	if err != nil {
 		return nil, err
+	}
+	if idx != nil {
+		res, err := s.fromIndex(key, idx, seals, p, opts)
+		if res != nil || err != nil {
+			return res, err
+		}
 	}
 	manifest := p.list()
 	var files []int // indexes of file entries
@@ -169,21 +193,153 @@ func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Option
 			}
 		}
 	}
+	host := make([]hostRecord, len(files)) // before relocation re-keys objects
+	for k, i := range files {
+		path := manifest[i].Path
+		host[k] = hostRecordOf(path, p.keys[path], objects[path].record)
+	}
 
 	if opts.ContainerPaths {
 		manifest = relocate(manifest, objects, opts.Dirs, opts.Placed)
 	}
-	digest, _, err := canonjson.Digest(manifest)
+	digest, err := render.RunfilesDigest(manifest)
 	if err != nil {
 		return nil, fmt.Errorf("manifest digest: %w", err)
 	}
-	dir, built, replaced, err := s.ensureTree(ctx, strings.TrimPrefix(digest, "sha256:"), manifest, objects)
+	hexDigest := strings.TrimPrefix(digest, "sha256:")
+	dir, verified, built, replaced, err := s.ensureTree(ctx, hexDigest, manifest, objects)
 	if err != nil {
 		return nil, err
 	}
+	next := &assemblyIndex{digest: hexDigest, root: verified.root, tree: make([]sealedEntry, len(manifest)), host: host}
+	for i, e := range manifest {
+		next.tree[i] = sealedEntry{path: e.Path, seal: verified.entries[i]}
+	}
+	if err := s.saveIndex(key, next); err != nil {
+		return nil, err
+	}
 	res.Manifest, res.ManifestDigest, res.TreeDir = manifest, digest, dir
+	res.Stats.Entries = len(manifest) // with the directories relocation added
 	res.Stats.TreeBuilt, res.Stats.TreeReplaced = built, replaced
 	return res, nil
+}
+
+// fromIndex returns the assembly idx describes when it still holds, nil
+// when anything differs (the assembly then goes through the stat cache and
+// the store objects). It holds when every file of the closure p has the
+// stat key the index recorded, read long enough after its ctime (the stat
+// cache's rule), the manifest those digests give has the index's digest,
+// and every tree entry still has its seal. A file whose seal moved is
+// accepted when its inode is still what the stat cache's entry sealed
+// (another tree linked the object since: see resealLinked); the index is
+// then written again with its new seal.
+func (s *Store) fromIndex(key string, idx *assemblyIndex, seals *sealCheck, p *plan, opts Options) (*Result, error) {
+	manifest := p.list()
+	objects := make(map[string]objectUse, len(idx.host))
+	var reused int64
+	files := 0
+	for i := range manifest {
+		e := &manifest[i]
+		if e.Type != render.RunfileFile {
+			continue
+		}
+		if files == len(idx.host) {
+			return nil, nil // a file the index does not have
+		}
+		r := idx.host[files]
+		files++
+		if r.path != e.Path || r.key != p.keys[e.Path] || !r.trusted() {
+			return nil, nil
+		}
+		e.Size, e.SHA256 = r.key.Size, r.shaHex()
+		objects[e.Path] = objectUse{key: r.key, record: statRecord{SHA256: e.SHA256, Size: e.Size, ReadNS: r.readNS}}
+		reused += e.Size
+	}
+	if files != len(idx.host) {
+		return nil, nil // a file removed
+	}
+	if opts.ContainerPaths {
+		manifest = relocate(manifest, objects, opts.Dirs, opts.Placed)
+	}
+	digest, err := render.RunfilesDigest(manifest)
+	if err != nil {
+		return nil, fmt.Errorf("manifest digest: %w", err)
+	}
+	if digest != "sha256:"+idx.digest || len(manifest) != len(idx.tree) {
+		return nil, nil
+	}
+	for i, e := range manifest {
+		if e.Path != idx.tree[i].path {
+			return nil, nil
+		}
+	}
+	changed, ok := seals.result()
+	if !ok {
+		return nil, nil
+	}
+	dir := s.TreePath(idx.digest)
+	for _, i := range changed {
+		e := manifest[i]
+		if e.Type != render.RunfileFile {
+			return nil, nil // a directory's entries or a symlink changed
+		}
+		fi, err := os.Lstat(dir + e.Path)
+		if err != nil {
+			return nil, nil
+		}
+		use := objects[e.Path]
+		r, found, _ := s.lookupStat(use.key)
+		if !found || r.SHA256 != e.SHA256 || !r.Object.matches(fi) {
+			return nil, nil
+		}
+		idx.tree[i].seal = treeSealOf(fi)
+	}
+	if len(changed) > 0 {
+		if err := s.saveIndex(key, idx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Progress != nil {
+		for k, r := range idx.host {
+			opts.Progress(Progress{Path: r.path, Bytes: r.key.Size, Done: k + 1, Total: len(idx.host)})
+		}
+	}
+	return &Result{
+		Manifest: manifest, ManifestDigest: digest, TreeDir: dir,
+		Stats: Stats{Entries: len(manifest), Files: files, BytesReused: reused, Indexed: true},
+	}, nil
+}
+
+// sealCheck is a check of a tree's seals (changedSeals) running in the
+// background.
+type sealCheck struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	changed []int
+	ok      bool
+}
+
+func startSealCheck(ctx context.Context, dir string, idx *assemblyIndex) *sealCheck {
+	ctx, cancel := context.WithCancel(ctx)
+	c := &sealCheck{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		c.changed, c.ok = changedSeals(ctx, dir, idx)
+	}()
+	return c
+}
+
+// result waits for the check: the entries whose seal differs, and false
+// when the tree's root is not the one sealed (or the check was stopped).
+func (c *sealCheck) result() ([]int, bool) {
+	<-c.done
+	return c.changed, c.ok
+}
+
+// stop ends the check (when its result is not needed) and waits for it.
+func (c *sealCheck) stop() {
+	c.cancel()
+	<-c.done
 }
 
 // objectUse is the store object a file entry uses, as it was checked.

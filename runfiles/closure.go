@@ -419,10 +419,14 @@ func (c *closer) addFileAt(p string) (string, error) {
 }
 
 func (c *closer) recordFile(real string, fi fs.FileInfo) error {
-	if err := c.record(render.Runfile{Path: real, Type: render.RunfileFile, Mode: uint32(fi.Mode().Perm())}); err != nil {
+	return c.recordKey(real, fi.Mode(), statKeyOf(fi))
+}
+
+// recordKey records the regular file real, of mode and stat key key.
+func (c *closer) recordKey(real string, mode fs.FileMode, key statKey) error {
+	if err := c.record(render.Runfile{Path: real, Type: render.RunfileFile, Mode: uint32(mode.Perm())}); err != nil {
 		return err
 	}
-	key := statKeyOf(fi)
 	if old, ok := c.plan.keys[real]; ok && old != key {
 		return fmt.Errorf("%w: %s changed while its closure was computed", ErrSourceChanged, real)
 	}
@@ -770,40 +774,20 @@ func (c *closer) addTree(root string, fi fs.FileInfo, skip string) error {
 		return err
 	}
 	hostClass, hostMach := hostMachine()
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("directory %s: %w", root, err)
-		}
-		if p == root {
-			return nil
-		}
-		if p == skip {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
+	return walkTree(root, skip, func(p string, e walkEntry) error {
 		if err := c.ctx.Err(); err != nil {
 			return err
 		}
-		fi, err := d.Info()
-		if err != nil {
-			return fmt.Errorf("directory %s: %w", root, err)
-		}
 		switch {
-		case fi.IsDir():
-			return c.visit(p, fi, "")
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
+		case e.mode.IsDir():
+			return c.record(render.Runfile{Path: p, Type: render.RunfileDir, Mode: uint32(e.mode.Perm())})
+		case e.mode&fs.ModeSymlink != 0:
+			if err := checkInside(p, e.target, root); err != nil {
 				return err
 			}
-			if err := checkInside(p, target, root); err != nil {
-				return err
-			}
-			return c.visit(p, fi, target)
-		case fi.Mode().IsRegular():
-			if err := c.recordFile(p, fi); err != nil {
+			return c.record(render.Runfile{Path: p, Type: render.RunfileSymlink, Mode: uint32(e.mode.Perm()), Target: e.target})
+		case e.mode.IsRegular():
+			if err := c.recordKey(p, e.mode, e.key); err != nil {
 				return err
 			}
 			if c.opts.TreeELF {
@@ -811,9 +795,17 @@ func (c *closer) addTree(root string, fi fs.FileInfo, skip string) error {
 			}
 			return nil
 		default:
-			return fmt.Errorf("%w: %s in directory %s is a %s", ErrUnsupported, p, root, fi.Mode().Type())
+			return fmt.Errorf("%w: %s in directory %s is a %s", ErrUnsupported, p, root, e.mode.Type())
 		}
 	})
+}
+
+// walkEntry is what walkTree tells of an entry: its lstat's mode and stat
+// key, and a symlink's link text.
+type walkEntry struct {
+	mode   fs.FileMode
+	key    statKey
+	target string
 }
 
 // checkInside reports an error unless the symlink link (inside root, with

@@ -3,10 +3,18 @@
 package runfiles
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // statKeyOf returns the identity of a file's current content as the kernel
@@ -64,4 +72,70 @@ func ownerHint(fi fs.FileInfo) string {
 		return fmt.Sprintf(" (uid %d)", st.Uid)
 	}
 	return ""
+}
+
+// treeSealOf is the seal of the tree entry whose lstat is fi.
+func treeSealOf(fi fs.FileInfo) treeSeal {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return treeSeal{}
+	}
+	return treeSeal{Dev: st.Dev, Ino: st.Ino, Mode: st.Mode, Size: st.Size, MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano()}
+}
+
+func treeSealOfStat(st *unix.Stat_t) treeSeal {
+	return treeSeal{Dev: st.Dev, Ino: st.Ino, Mode: st.Mode, Size: st.Size, MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano()}
+}
+
+// changedSeals compares every entry of the tree at dir with its seal in
+// idx, stating each relative to the tree's root directory (a path walk of
+// its own components only) on GOMAXPROCS goroutines, and returns the
+// indexes of the entries that differ, sorted. ok is false when the root
+// itself is missing or not the directory sealed.
+func changedSeals(ctx context.Context, dir string, idx *assemblyIndex) (changed []int, ok bool) {
+	fd, err := retryEINTR(func() (int, error) {
+		return unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return nil, false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || idx.root.Ino == 0 || treeSealOfStat(&st) != idx.root {
+		return nil, false
+	}
+	var (
+		mu   sync.Mutex
+		next atomic.Int64
+	)
+	const chunk = 256
+	err = parallel(ctx, runtime.GOMAXPROCS(0), func(ctx context.Context, _ int) error {
+		var mine []int
+		var st unix.Stat_t
+		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			start := int(next.Add(chunk)) - chunk
+			if start >= len(idx.tree) {
+				break
+			}
+			for i := start; i < min(start+chunk, len(idx.tree)); i++ {
+				e := idx.tree[i]
+				err := unix.Fstatat(fd, strings.TrimPrefix(e.path, "/"), &st, unix.AT_SYMLINK_NOFOLLOW)
+				if err != nil || e.seal.Ino == 0 || treeSealOfStat(&st) != e.seal {
+					mine = append(mine, i)
+				}
+			}
+		}
+		mu.Lock()
+		changed = append(changed, mine...)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, false
+	}
+	slices.Sort(changed)
+	return changed, true
 }

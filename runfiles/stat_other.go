@@ -3,6 +3,7 @@
 package runfiles
 
 import (
+	"context"
 	"io/fs"
 	"os"
 )
@@ -18,3 +19,9 @@ func readRecord(path string) ([]byte, error) { return os.ReadFile(path) }
 
 // ownerHint names the owner of a file for an error message (unknown here).
 func ownerHint(fs.FileInfo) string { return "" }
+
+// treeSealOf: no inode or ctime here, so no seal (which matches nothing).
+func treeSealOf(fs.FileInfo) treeSeal { return treeSeal{} }
+
+// changedSeals: without seals, every tree is verified by its walk.
+func changedSeals(context.Context, string, *assemblyIndex) ([]int, bool) { return nil, false }

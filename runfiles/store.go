@@ -68,7 +68,7 @@ func OpenStore(root string) (*Store, error) {
 	if err := os.MkdirAll(s.root, 0o755); err != nil {
 		return nil, fmt.Errorf("runfiles: opening store: %w", err)
 	}
-	dirs := []string{filepath.Join(s.root, "runfiles"), s.statDir(), s.treesDir(), s.tmpDir()}
+	dirs := []string{filepath.Join(s.root, "runfiles"), s.statDir(), s.treesDir(), s.indexDir(), s.tmpDir()}
 	for _, mode := range objectModes {
 		dirs = append(dirs, s.objectsDir(mode))
 	}

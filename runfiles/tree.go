@@ -34,35 +34,36 @@ var errTreeMismatch = errors.New("tree does not match its manifest")
 // ensureTree returns the directory of the tree for manifest (digest hex),
 // reusing a complete, verified one or building it. objects maps each file
 // path to its store object as checked. built reports a new tree;
-// replaced, that a damaged one was moved aside first.
-func (s *Store) ensureTree(ctx context.Context, hexDigest string, manifest []render.Runfile, objects map[string]objectUse) (dir string, built, replaced bool, err error) {
+// replaced, that a damaged one was moved aside first. seals are what the
+// verification of the tree found (see verifyTree).
+func (s *Store) ensureTree(ctx context.Context, hexDigest string, manifest []render.Runfile, objects map[string]objectUse) (dir string, seals *verifiedTree, built, replaced bool, err error) {
 	dir = s.TreePath(hexDigest)
 	for attempt := 0; attempt < 3; attempt++ {
-		err := verifyTree(dir, manifest, objects)
+		seals, err := verifyTree(dir, manifest, objects)
 		if err == nil {
-			return dir, built, replaced, nil
+			return dir, seals, built, replaced, nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			if !errors.Is(err, errTreeMismatch) {
-				return "", false, false, err
+				return "", nil, false, false, err
 			}
 			if err := s.discard(dir); err != nil {
-				return "", false, false, err
+				return "", nil, false, false, err
 			}
 			replaced = true
 		}
 		ok, err := s.buildTree(ctx, dir, manifest)
 		if err != nil {
-			return "", false, false, err
+			return "", nil, false, false, err
 		}
 		if ok {
 			if err := s.resealLinked(ctx, manifest, objects); err != nil {
-				return "", false, false, err
+				return "", nil, false, false, err
 			}
 		}
 		built = built || ok
 	}
-	return "", false, false, fmt.Errorf("tree %s keeps failing verification", dir)
+	return "", nil, false, false, fmt.Errorf("tree %s keeps failing verification", dir)
 }
 
 // resealLinked seals again the objects of a tree just built: a hard link
@@ -99,19 +100,34 @@ func (s *Store) resealLinked(ctx context.Context, manifest []render.Runfile, obj
 	})
 }
 
+// verifiedTree is the seal of every entry of a tree as its verification
+// saw it (manifest order; zero where nothing can be trusted) and of its
+// root: what the assembly index records.
+type verifiedTree struct {
+	root    treeSeal
+	entries []treeSeal
+}
+
 // verifyTree walks dir and checks it holds exactly the manifest's entries.
 // fs.ErrNotExist when there is no tree; errTreeMismatch when it differs.
-func verifyTree(dir string, manifest []render.Runfile, objects map[string]objectUse) error {
-	if _, err := os.Lstat(dir); err != nil {
-		return err
+// Each entry's seal is taken from the stat the walk checked, before a
+// directory's entries are read, so a change after it moves a ctime past
+// the seal. A file linked to its store object is sealed only when nothing
+// but the ctime moved, forward, since the object was checked (a link does
+// that): the rule of resealLinked.
+func verifyTree(dir string, manifest []render.Runfile, objects map[string]objectUse) (*verifiedTree, error) {
+	rootInfo, err := os.Lstat(dir)
+	if err != nil {
+		return nil, err
 	}
-	want := make(map[string]render.Runfile, len(manifest))
-	for _, e := range manifest {
-		want[e.Path] = e
+	want := make(map[string]int, len(manifest))
+	for i, e := range manifest {
+		want[e.Path] = i
 	}
+	seals := &verifiedTree{root: treeSealOf(rootInfo), entries: make([]treeSeal, len(manifest))}
 	mismatch := func(p, why string) error { return fmt.Errorf("%w: %s: %s", errTreeMismatch, p, why) }
 	count := 0
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -119,10 +135,11 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]object
 			return nil
 		}
 		rel := p[len(dir):]
-		e, ok := want[rel]
+		i, ok := want[rel]
 		if !ok {
 			return mismatch(rel, "not in the manifest")
 		}
+		e := manifest[i]
 		count++
 		fi, err := d.Info()
 		if err != nil {
@@ -145,6 +162,12 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]object
 				return mismatch(rel, "size or seal time changed")
 			}
 			if obj := objects[rel].fi; obj != nil && os.SameFile(fi, obj) {
+				if was, now := sealOf(obj), sealOf(fi); now.CtimeNS >= was.CtimeNS {
+					was.CtimeNS = now.CtimeNS
+					if was == now {
+						seals.entries[i] = treeSealOf(fi)
+					}
+				}
 				return nil
 			}
 			// Not the store object's inode: a copy (cross-device or link
@@ -158,15 +181,16 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]object
 				return mismatch(rel, "content differs")
 			}
 		}
+		seals.entries[i] = treeSealOf(fi)
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if count != len(manifest) {
-		return fmt.Errorf("%w: %d entries, manifest has %d", errTreeMismatch, count, len(manifest))
+		return nil, fmt.Errorf("%w: %d entries, manifest has %d", errTreeMismatch, count, len(manifest))
 	}
-	return nil
+	return seals, nil
 }
 
 // buildTree builds the tree in the store's tmp directory and renames it to
