@@ -124,7 +124,11 @@ func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Option
 			defer seals.stop()
 		}
 	}
-	p, err := closure(ctx, programs, opts)
+	sizeHint := 0
+	if idx != nil {
+		sizeHint = len(idx.tree)
+	}
+	p, err := closure(ctx, programs, opts, sizeHint)
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +138,21 @@ func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Option
 			return res, err
 		}
 	}
+	var writes statWrites
+	res, err := s.assembleFull(ctx, key, p, opts, &writes)
+	// The entries are right whatever failed after them (a tree not built
+	// does not make a stored file's digest wrong): keep them for the retry.
+	if werr := s.writeStats(ctx, &writes); err == nil && werr != nil {
+		return nil, werr
+	}
+	return res, err
+}
+
+// assembleFull assembles the closure p through the stat cache, checking
+// every store object it uses (Verify) and the tree by a walk, and writes
+// the index for the next assembly. The stat-cache entries to write are
+// left in writes.
+func (s *Store) assembleFull(ctx context.Context, key string, p *plan, opts Options, writes *statWrites) (*Result, error) {
 	manifest := p.list()
 	var files []int // indexes of file entries
 	for i, e := range manifest {
@@ -149,11 +168,14 @@ func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Option
 		// newIn: the objects directories (by mode) that got a new name.
 		newIn = make(map[fs.FileMode]bool)
 	)
-	err = parallel(ctx, len(files), func(ctx context.Context, k int) error {
+	err := parallel(ctx, len(files), func(ctx context.Context, k int) error {
 		e := manifest[files[k]]
 		st, err := s.put(ctx, p.source(e.Path), p.keys[e.Path], e.Mode, opts.Verify)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.source(e.Path), err)
+		}
+		if st.dirty {
+			writes.set(p.keys[e.Path], st.record)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -210,6 +232,12 @@ func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Option
 	dir, verified, built, replaced, err := s.ensureTree(ctx, hexDigest, manifest, objects)
 	if err != nil {
 		return nil, err
+	}
+	for i, seal := range verified.resealed {
+		use := objects[manifest[i].Path]
+		if r := use.record; r.setSeal(seal) {
+			writes.set(use.key, r)
+		}
 	}
 	next := &assemblyIndex{digest: hexDigest, root: verified.root, tree: make([]sealedEntry, len(manifest)), host: host}
 	for i, e := range manifest {

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -82,5 +83,30 @@ func FuzzReadELF(f *testing.F) {
 			}
 		}
 		elfHeaderMatches(bytes.NewReader(b), elf.ELFCLASS64, elf.EM_X86_64)
+	})
+}
+
+// FuzzDecodeIndex: an assembly index is read from the store, which its
+// owner (or a crash) may have left in any state: decoding must never
+// panic, and what decodes must survive encoding and decoding again.
+func FuzzDecodeIndex(f *testing.F) {
+	idx := &assemblyIndex{
+		digest: strings.Repeat("cd", 32),
+		root:   treeSeal{Dev: 1, Ino: 2, Mode: 0o40555},
+		tree:   []sealedEntry{{"/a", treeSeal{Ino: 3}}, {"/a/b", treeSeal{Ino: 4, Size: 9}}},
+		host:   []hostRecord{{path: "/a/b", key: statKey{Ino: 5, Size: 9}, readNS: 7}},
+	}
+	f.Add(idx.encode())
+	f.Add([]byte(indexMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeIndex(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeIndex(got.encode())
+		if err != nil || again.digest != got.digest || again.root != got.root ||
+			!slices.Equal(again.tree, got.tree) || !slices.Equal(again.host, got.host) {
+			t.Fatalf("decoded %+v, re-encoded and decoded %+v (%v)", got, again, err)
+		}
 	})
 }

@@ -188,29 +188,48 @@ func decodeIndex(b []byte) (*assemblyIndex, error) {
 	d := indexDecoder{b: body[len(indexMagic):]}
 	idx := &assemblyIndex{digest: hex.EncodeToString(d.bytes(sha256.Size))}
 	idx.root = d.seal()
+	// Every path goes into one buffer, made one string at the end: 40,000
+	// small strings would cost more than the rest of the decoding.
+	var paths pathArena
 	n := d.count()
-	idx.tree = make([]sealedEntry, 0, n)
-	var prev []byte
-	for range n {
-		prev = d.path(prev)
-		idx.tree = append(idx.tree, sealedEntry{path: string(prev), seal: d.seal()})
+	idx.tree = make([]sealedEntry, n)
+	treePaths := make([]span, n)
+	for i := range idx.tree {
+		treePaths[i] = d.path(&paths)
+		idx.tree[i].seal = d.seal()
 	}
 	n = d.count()
-	idx.host = make([]hostRecord, 0, n)
-	prev = prev[:0]
-	for range n {
-		prev = d.path(prev)
-		r := hostRecord{path: string(prev)}
+	idx.host = make([]hostRecord, n)
+	hostPaths := make([]span, n)
+	paths.prev = span{}
+	for i := range idx.host {
+		hostPaths[i] = d.path(&paths)
+		r := &idx.host[i]
 		r.key = statKey{Dev: d.uvarint(), Ino: d.uvarint(), Size: d.varint(), MtimeNS: d.varint(), CtimeNS: d.varint()}
 		r.readNS = d.varint()
 		copy(r.sha[:], d.bytes(sha256.Size))
-		idx.host = append(idx.host, r)
 	}
 	if d.err != nil || len(d.b) != 0 {
 		return nil, errBadIndex
 	}
+	all := string(paths.buf)
+	for i, sp := range treePaths {
+		idx.tree[i].path = all[sp.start:sp.end]
+	}
+	for i, sp := range hostPaths {
+		idx.host[i].path = all[sp.start:sp.end]
+	}
 	return idx, nil
 }
+
+// pathArena holds decoded paths back to back; prev is the last one, which
+// the next is front-coded against.
+type pathArena struct {
+	buf  []byte
+	prev span
+}
+
+type span struct{ start, end int }
 
 // indexDecoder reads an index body; the first error sticks and every later
 // read returns zero values.
@@ -244,7 +263,7 @@ func (d *indexDecoder) varint() int64 {
 func (d *indexDecoder) bytes(n uint64) []byte {
 	if n > uint64(len(d.b)) {
 		d.fail()
-		return make([]byte, n&0xff)
+		return nil
 	}
 	out := d.b[:n]
 	d.b = d.b[n:]
@@ -263,14 +282,18 @@ func (d *indexDecoder) count() uint64 {
 	return n
 }
 
-// path reads a front-coded path into prev's buffer.
-func (d *indexDecoder) path(prev []byte) []byte {
+// path reads a front-coded path into the arena.
+func (d *indexDecoder) path(a *pathArena) span {
 	keep, n := d.uvarint(), d.uvarint()
-	if keep > uint64(len(prev)) {
+	if keep > uint64(a.prev.end-a.prev.start) {
 		d.fail()
-		return prev[:0]
+		return span{}
 	}
-	return append(prev[:keep], d.bytes(n)...)
+	start := len(a.buf)
+	a.buf = append(a.buf, a.buf[a.prev.start:a.prev.start+int(keep)]...)
+	a.buf = append(a.buf, d.bytes(n)...)
+	a.prev = span{start, len(a.buf)}
+	return a.prev
 }
 
 func (d *indexDecoder) seal() treeSeal {

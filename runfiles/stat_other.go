@@ -6,6 +6,7 @@ import (
 	"context"
 	"io/fs"
 	"os"
+	"syscall"
 )
 
 // statKeyOf returns what a portable stat offers: no inode and no ctime, so
@@ -25,3 +26,26 @@ func treeSealOf(fs.FileInfo) treeSeal { return treeSeal{} }
 
 // changedSeals: without seals, every tree is verified by its walk.
 func changedSeals(context.Context, string, *assemblyIndex) ([]int, bool) { return nil, false }
+
+// writeNew creates the file path, which must not exist (fs.ErrExist
+// otherwise), with content b, mode 0600.
+func writeNew(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
+}
+
+// openNoFollow opens the file path for reading, never through a symlink
+// at its last component.
+func openNoFollow(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+}

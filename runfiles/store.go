@@ -10,11 +10,12 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -189,14 +190,21 @@ func (s *Store) lookupStat(key statKey) (r statRecord, found, trusted bool) {
 	return r, true, key.CtimeNS <= r.ReadNS-int64(racyWindow)
 }
 
-// recordStat writes a stat-cache entry (temporary file, then rename; not
-// fsynced: an entry lost in a crash only costs a read).
+// recordStat writes a stat-cache entry: a new one in place (one write of
+// a few hundred bytes: a reader sees all of it or an empty or cut file,
+// which does not parse, as does one a crash left: a miss), one replacing
+// another through a temporary file and a rename. Not fsynced: an entry
+// lost in a crash only costs a read.
 func (s *Store) recordStat(key statKey, r statRecord) error {
 	if !key.usable() {
 		return nil
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.statDir(), key.String())
+	if err := writeNew(path, b); !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	f, err := os.CreateTemp(s.tmpDir(), "stat-*")
@@ -208,7 +216,7 @@ func (s *Store) recordStat(key statKey, r statRecord) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(s.statDir(), key.String()))
+		err = os.Rename(f.Name(), path)
 	}
 	if err != nil {
 		os.Remove(f.Name())
@@ -314,7 +322,7 @@ func checkObject(o storeObject, seal objectSeal, full bool) (objectCheck, error)
 	}
 	// Hash the inode that is open, and judge (and seal) its stat from
 	// before the read: a write during the read moves the ctime past it.
-	f, err := os.OpenFile(o.path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openNoFollow(o.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return objectCheck{state: objectMissing}, nil
 	}
@@ -374,7 +382,8 @@ type stored struct {
 	sha      string
 	size     int64
 	object   fs.FileInfo // lstat of the object used: its seal
-	record   statRecord  // the stat-cache entry written for the host file
+	record   statRecord  // the stat-cache entry for the host file
+	dirty    bool        // record differs from what the stat cache holds
 	hashed   bool        // the host file was read
 	copied   int64       // bytes that became a new object
 	reused   int64       // bytes served by an object already present
@@ -383,7 +392,8 @@ type stored struct {
 }
 
 // put makes sure the store holds the host file path, whose stat must
-// still be key (what the closure analysed), and returns its digest.
+// still be key (what the closure analysed), and returns its digest and
+// the stat-cache entry to record for it (when dirty: statWrites).
 func (s *Store) put(ctx context.Context, path string, key statKey, hostMode uint32, verify Verify) (stored, error) {
 	full := verify == VerifyFull
 	r, found, trusted := s.lookupStat(key)
@@ -398,7 +408,8 @@ func (s *Store) put(ctx context.Context, path string, key statKey, hostMode uint
 		rehashed = c.rehashed
 		if c.state == objectOK {
 			st := stored{sha: r.SHA256, size: r.Size, object: c.fi, record: r, reused: r.Size, rehashed: rehashed}
-			return st, s.reseal(key, &st.record, c.fi)
+			st.dirty = st.record.seal(c.fi)
+			return st, nil
 		}
 		if c.state == objectDamaged {
 			repair = &Repair{Path: path, Object: o.path, Reason: c.why}
@@ -417,18 +428,47 @@ func (s *Store) put(ctx context.Context, path string, key statKey, hostMode uint
 	return st, err
 }
 
-// reseal records fi, the stat of an intact object, as its seal in r, the
-// stat-cache entry for key, unless it is the seal already there.
-func (s *Store) reseal(key statKey, r *statRecord, fi fs.FileInfo) error {
-	seal := sealOf(fi)
+// seal sets fi, the stat of an intact object, as the seal of r, and
+// reports whether that changed r.
+func (r *statRecord) seal(fi fs.FileInfo) bool { return r.setSeal(sealOf(fi)) }
+
+func (r *statRecord) setSeal(seal objectSeal) bool {
 	if r.Object == seal {
-		return nil
+		return false
 	}
 	r.Object = seal
-	if err := s.recordStat(key, *r); err != nil {
-		return fmt.Errorf("sealing store object %s: %w", r.SHA256, err)
+	return true
+}
+
+// statWrites are the stat-cache entries an assembly changes. They are
+// written once, at its end (writeStats), with the seal each object has
+// by then: a new tree's links move every object's ctime, and writing each
+// entry when its file is stored and again when it is sealed after the
+// links was a third of the system time of a first assembly.
+type statWrites struct {
+	mu sync.Mutex
+	m  map[statKey]statRecord
+}
+
+func (w *statWrites) set(key statKey, r statRecord) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = make(map[statKey]statRecord)
 	}
-	return nil
+	w.m[key] = r
+}
+
+// writeStats writes the entries of w.
+func (s *Store) writeStats(ctx context.Context, w *statWrites) error {
+	keys := slices.Collect(maps.Keys(w.m))
+	return parallel(ctx, len(keys), func(_ context.Context, i int) error {
+		r := w.m[keys[i]]
+		if err := s.recordStat(keys[i], r); err != nil {
+			return fmt.Errorf("recording the digest of %s in the stat cache: %w", r.SHA256, err)
+		}
+		return nil
+	})
 }
 
 // ingest reads the host file once, sending every byte both into sha256 and
@@ -437,7 +477,7 @@ func (s *Store) reseal(key statKey, r *statRecord, fi fs.FileInfo) error {
 // cache knows of an existing object's seal (zero: nothing).
 func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode uint32, seal objectSeal, full bool) (stored, error) {
 	mode := objectMode(hostMode)
-	src, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	src, err := openNoFollow(path)
 	if err != nil {
 		return stored{}, err
 	}
@@ -458,7 +498,12 @@ func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode u
 	// this very inode once no temporary name is left.
 	defer tmp.Close()
 	tmpName := tmp.Name()
-	defer os.Remove(tmpName) // after a successful link or rename it is gone or a second name
+	tmpGone := false
+	defer func() {
+		if !tmpGone {
+			os.Remove(tmpName)
+		}
+	}()
 	h := sha256.New()
 	n, err := copyHashed(ctx, tmp, src, h)
 	if err == nil {
@@ -484,6 +529,7 @@ func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode u
 	case err == nil:
 		st.copied, placed = n, true
 		os.Remove(tmpName) // before sealing: an unlink changes the ctime
+		tmpGone = true
 	case errors.Is(err, fs.ErrExist):
 		c, err := checkObject(o, seal, full)
 		if err != nil {
@@ -498,6 +544,7 @@ func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode u
 		if err := os.Rename(tmpName, o.path); err != nil {
 			return stored{}, err
 		}
+		tmpGone = true
 		st.copied, placed = n, true
 		if c.state == objectDamaged {
 			st.repair = &Repair{Path: path, Object: o.path, Reason: c.why}
@@ -519,9 +566,7 @@ func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode u
 	} else {
 		st.record.Object = sealOf(st.object)
 	}
-	if err := s.recordStat(key, st.record); err != nil {
-		return stored{}, fmt.Errorf("recording %s: %w", path, err)
-	}
+	st.dirty = true
 	return st, nil
 }
 

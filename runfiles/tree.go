@@ -56,65 +56,35 @@ func (s *Store) ensureTree(ctx context.Context, hexDigest string, manifest []ren
 		if err != nil {
 			return "", nil, false, false, err
 		}
-		if ok {
-			if err := s.resealLinked(ctx, manifest, objects); err != nil {
-				return "", nil, false, false, err
-			}
-		}
 		built = built || ok
 	}
 	return "", nil, false, false, fmt.Errorf("tree %s keeps failing verification", dir)
 }
 
-// resealLinked seals again the objects of a tree just built: a hard link
-// changes its inode's ctime, and without a new seal the next assembly
-// would hash every object of every new tree. An object is sealed only
-// when it is still the inode that was checked and nothing but its ctime
-// moved, forward; anything else is left for the next check to hash.
-func (s *Store) resealLinked(ctx context.Context, manifest []render.Runfile, objects map[string]objectUse) error {
-	var linked []render.Runfile // file entries, one per host file
-	seen := make(map[statKey]bool)
-	for _, e := range manifest {
-		if use, ok := objects[e.Path]; ok && e.Type == render.RunfileFile && !seen[use.key] {
-			seen[use.key] = true
-			linked = append(linked, e)
-		}
-	}
-	return parallel(ctx, len(linked), func(ctx context.Context, i int) error {
-		e := linked[i]
-		use := objects[e.Path]
-		fi, err := os.Lstat(s.ObjectPath(e.SHA256, e.Mode))
-		if err != nil || use.fi == nil {
-			return nil
-		}
-		was, now := sealOf(use.fi), sealOf(fi)
-		if now.CtimeNS <= was.CtimeNS {
-			return nil // not linked (a copy), or sealed by another assembler
-		}
-		was.CtimeNS = now.CtimeNS
-		if now != was {
-			return nil
-		}
-		r := use.record
-		return s.reseal(use.key, &r, fi)
-	})
-}
-
-// verifiedTree is the seal of every entry of a tree as its verification
-// saw it (manifest order; zero where nothing can be trusted) and of its
-// root: what the assembly index records.
+// verifiedTree is what the verification of a tree saw: the seal of every
+// entry (manifest order; zero where nothing can be trusted) and of its
+// root, which the assembly index records, and the new seals of store
+// objects whose ctime alone moved since they were checked.
 type verifiedTree struct {
 	root    treeSeal
 	entries []treeSeal
+	// resealed maps manifest indexes of file entries to the seal their
+	// object has now.
+	resealed map[int]objectSeal
 }
 
 // verifyTree walks dir and checks it holds exactly the manifest's entries.
 // fs.ErrNotExist when there is no tree; errTreeMismatch when it differs.
 // Each entry's seal is taken from the stat the walk checked, before a
 // directory's entries are read, so a change after it moves a ctime past
-// the seal. A file linked to its store object is sealed only when nothing
-// but the ctime moved, forward, since the object was checked (a link does
-// that): the rule of resealLinked.
+// the seal.
+//
+// A file linked to its store object is sealed only when nothing but the
+// ctime moved, forward, since the object was checked: a hard link changes
+// its inode's ctime, and without a new seal the next assembly would hash
+// every object of every new tree. Such an object gets its new seal in the
+// stat cache too (resealed); an object that changed otherwise is left for
+// the next check to hash.
 func verifyTree(dir string, manifest []render.Runfile, objects map[string]objectUse) (*verifiedTree, error) {
 	rootInfo, err := os.Lstat(dir)
 	if err != nil {
@@ -124,16 +94,10 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]object
 	for i, e := range manifest {
 		want[e.Path] = i
 	}
-	seals := &verifiedTree{root: treeSealOf(rootInfo), entries: make([]treeSeal, len(manifest))}
+	v := &verifiedTree{root: treeSealOf(rootInfo), entries: make([]treeSeal, len(manifest)), resealed: make(map[int]objectSeal)}
 	mismatch := func(p, why string) error { return fmt.Errorf("%w: %s: %s", errTreeMismatch, p, why) }
 	count := 0
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == dir {
-			return nil
-		}
+	err = walkTree(dir, "", func(p string, w walkEntry) error {
 		rel := p[len(dir):]
 		i, ok := want[rel]
 		if !ok {
@@ -141,34 +105,31 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]object
 		}
 		e := manifest[i]
 		count++
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if fi.Mode() != TreeMode(e) {
-			return mismatch(rel, fmt.Sprintf("mode %v, want %v", fi.Mode(), TreeMode(e)))
+		if w.mode != TreeMode(e) {
+			return mismatch(rel, fmt.Sprintf("mode %v, want %v", w.mode, TreeMode(e)))
 		}
 		switch e.Type {
 		case render.RunfileSymlink:
-			t, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if t != e.Target {
-				return mismatch(rel, "link text "+t)
+			if w.target != e.Target {
+				return mismatch(rel, "link text "+w.target)
 			}
 		case render.RunfileFile:
-			if fi.Size() != e.Size || !fi.ModTime().Equal(sealTime) {
+			if w.key.Size != e.Size || w.key.MtimeNS != sealTime.UnixNano() {
 				return mismatch(rel, "size or seal time changed")
 			}
-			if obj := objects[rel].fi; obj != nil && os.SameFile(fi, obj) {
-				if was, now := sealOf(obj), sealOf(fi); now.CtimeNS >= was.CtimeNS {
-					was.CtimeNS = now.CtimeNS
-					if was == now {
-						seals.entries[i] = treeSealOf(fi)
+			if obj := objects[rel].fi; obj != nil && w.key.Ino != 0 {
+				if was := sealOf(obj); was.Dev == w.key.Dev && was.Ino == w.key.Ino {
+					now := w.objectSeal()
+					if now.CtimeNS >= was.CtimeNS {
+						if was.CtimeNS = now.CtimeNS; was == now {
+							v.entries[i] = w.seal
+							if now != sealOf(obj) {
+								v.resealed[i] = now
+							}
+						}
 					}
+					return nil
 				}
-				return nil
 			}
 			// Not the store object's inode: a copy (cross-device or link
 			// limit), or a tree linked to an object since replaced. Trust
@@ -181,7 +142,7 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]object
 				return mismatch(rel, "content differs")
 			}
 		}
-		seals.entries[i] = treeSealOf(fi)
+		v.entries[i] = w.seal
 		return nil
 	})
 	if err != nil {
@@ -190,7 +151,7 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]object
 	if count != len(manifest) {
 		return nil, fmt.Errorf("%w: %d entries, manifest has %d", errTreeMismatch, count, len(manifest))
 	}
-	return seals, nil
+	return v, nil
 }
 
 // buildTree builds the tree in the store's tmp directory and renames it to

@@ -63,7 +63,7 @@ func (w *walker) walk(fd int, dir string) error {
 		if err := ignoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 			return w.fail("lstat", p, err)
 		}
-		e := walkEntry{mode: fileModeOf(st.Mode), key: statKeyOfStat(&st)}
+		e := walkEntry{mode: fileModeOf(st.Mode), key: statKeyOfStat(&st), seal: treeSealOfStat(&st)}
 		if e.mode&fs.ModeSymlink != 0 {
 			t, err := readlinkAt(fd, name)
 			if err != nil {
