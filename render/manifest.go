@@ -16,7 +16,11 @@ import (
 // omitempty rules; TestCanonicalRunfiles compares the two encoders and
 // fails when Runfile changes.
 func CanonicalRunfiles(manifest []Runfile) ([]byte, error) {
-	buf := make([]byte, 0, 2+len(manifest)*160)
+	size := 2
+	for _, e := range manifest {
+		size += len(e.Path) + len(e.SHA256) + len(e.Target) + 96 // the names, numbers and punctuation
+	}
+	buf := make([]byte, 0, size)
 	buf = append(buf, '[')
 	var err error
 	for i, e := range manifest {

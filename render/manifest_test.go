@@ -154,3 +154,17 @@ func FuzzCanonicalRunfiles(f *testing.F) {
 		}
 	})
 }
+
+// TestContainerPath: a path at or below a shadowed directory moves below
+// HostDir; a path that only starts with its name does not.
+func TestContainerPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/tmp": HostDir + "/tmp", "/tmp/x/y": HostDir + "/tmp/x/y", "/tmpx": "/tmpx", "/tmpx/y": "/tmpx/y",
+		"/run/hookbox": HostDir + "/run/hookbox", "/usr/bin/env": "/usr/bin/env", "/": "/", "/dev": HostDir + "/dev",
+		"/devices": "/devices", "/hookbox/host/x": HostDir + "/hookbox/host/x",
+	} {
+		if got := ContainerPath(in); got != want {
+			t.Errorf("ContainerPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -38,7 +38,9 @@ const HostDir = "/hookbox/host"
 // render (argv, exec chains, runfiles) are container paths.
 func ContainerPath(hostPath string) string {
 	for _, d := range ShadowedDirs {
-		if hostPath == d || strings.HasPrefix(hostPath, d+"/") {
+		// d or below it; d+"/" would allocate, for every entry of a
+		// 20,000-file manifest.
+		if strings.HasPrefix(hostPath, d) && (len(hostPath) == len(d) || hostPath[len(d)] == '/') {
 			return HostDir + hostPath
 		}
 	}

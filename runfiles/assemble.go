@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -84,10 +85,12 @@ const maxAttempts = 3
 
 // Assemble computes the closure of programs, puts every file in the store
 // and returns the manifest and the tree assembled from it. It is
-// idempotent: an unchanged host costs, per file, the closure's stat and
-// ELF headers, a stat-cache read and an lstat of the object, plus a walk
-// of the existing tree; nothing is copied. When a host file changes during the assembly it starts
-// over, up to three times (then ErrSourceChanged).
+// idempotent: an unchanged host costs the closure (a stat of each host
+// file, the ELF headers of programs) and a stat of each entry of the
+// existing tree, checked against the assembly index (see the package
+// doc); nothing is read from the store but the index. When a host file
+// changes during the assembly it starts over, up to three times (then
+// ErrSourceChanged).
 //
 // Guarantee: every file in TreeDir has exactly the content its manifest
 // entry names, as verified by the read that stored it (and, with
@@ -112,28 +115,22 @@ func Assemble(ctx context.Context, s *Store, programs []string, opts Options) (*
 
 func (s *Store) assembleOnce(ctx context.Context, programs []string, opts Options) (*Result, error) {
 	key := indexKey(programs, opts)
-	var (
-		idx   *assemblyIndex
-		seals *sealCheck
-	)
-	if opts.Verify == VerifyQuick {
-		if idx = s.loadIndex(key); idx != nil {
-			// The tree's seals are checked while the closure walks the
-			// host: both are a stat per entry, on two cores.
-			seals = startSealCheck(ctx, s.TreePath(idx.digest), idx)
-			defer seals.stop()
-		}
-	}
+	var seals *sealCheck
 	sizeHint := 0
-	if idx != nil {
-		sizeHint = len(idx.tree)
+	if opts.Verify == VerifyQuick {
+		// The index is decoded and the tree's seals checked while the
+		// closure walks the host: both are a stat per entry, on two cores.
+		b := s.readIndex(key)
+		sizeHint = indexEntries(b)
+		seals = startSealCheck(ctx, s.treesDir(), b, opts)
+		defer seals.stop()
 	}
 	p, err := closure(ctx, programs, opts, sizeHint)
 	if err != nil {
 		return nil, err
 	}
-	if idx != nil {
-		res, err := s.fromIndex(key, idx, seals, p, opts)
+	if seals != nil {
+		res, err := s.fromIndex(key, seals, p, opts)
 		if res != nil || err != nil {
 			return res, err
 		}
@@ -170,17 +167,17 @@ func (s *Store) assembleFull(ctx context.Context, key string, p *plan, opts Opti
 	)
 	err := parallel(ctx, len(files), func(ctx context.Context, k int) error {
 		e := manifest[files[k]]
-		st, err := s.put(ctx, p.source(e.Path), p.keys[e.Path], e.Mode, opts.Verify)
+		st, err := s.put(ctx, p.source(e.Path), p.key(e.Path), e.Mode, opts.Verify)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.source(e.Path), err)
 		}
 		if st.dirty {
-			writes.set(p.keys[e.Path], st.record)
+			writes.set(p.key(e.Path), st.record)
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		manifest[files[k]].Size, manifest[files[k]].SHA256 = st.size, st.sha
-		objects[e.Path] = objectUse{fi: st.object, key: p.keys[e.Path], record: st.record}
+		objects[e.Path] = objectUse{fi: st.object, key: p.key(e.Path), record: st.record}
 		if st.hashed {
 			res.Stats.FilesHashed++
 			res.Stats.BytesHashed += st.size
@@ -215,10 +212,11 @@ func (s *Store) assembleFull(ctx context.Context, key string, p *plan, opts Opti
 			}
 		}
 	}
-	host := make([]hostRecord, len(files)) // before relocation re-keys objects
-	for k, i := range files {
-		path := manifest[i].Path
-		host[k] = hostRecordOf(path, p.keys[path], objects[path].record)
+	planned := make([]plannedEntry, len(manifest)) // before relocation moves paths
+	for i, e := range manifest {
+		if planned[i], err = plannedEntryOf(e, p.key(e.Path), objects[e.Path].record.ReadNS); err != nil {
+			return nil, err
+		}
 	}
 
 	if opts.ContainerPaths {
@@ -239,10 +237,7 @@ func (s *Store) assembleFull(ctx context.Context, key string, p *plan, opts Opti
 			writes.set(use.key, r)
 		}
 	}
-	next := &assemblyIndex{digest: hexDigest, root: verified.root, tree: make([]sealedEntry, len(manifest)), host: host}
-	for i, e := range manifest {
-		next.tree[i] = sealedEntry{path: e.Path, seal: verified.entries[i]}
-	}
+	next := &assemblyIndex{digest: hexDigest, root: verified.root, plan: planned, seals: verified.entries}
 	if err := s.saveIndex(key, next); err != nil {
 		return nil, err
 	}
@@ -252,109 +247,135 @@ func (s *Store) assembleFull(ctx context.Context, key string, p *plan, opts Opti
 	return res, nil
 }
 
-// fromIndex returns the assembly idx describes when it still holds, nil
-// when anything differs (the assembly then goes through the stat cache and
-// the store objects). It holds when every file of the closure p has the
-// stat key the index recorded, read long enough after its ctime (the stat
-// cache's rule), the manifest those digests give has the index's digest,
-// and every tree entry still has its seal. A file whose seal moved is
-// accepted when its inode is still what the stat cache's entry sealed
-// (another tree linked the object since: see resealLinked); the index is
-// then written again with its new seal.
-func (s *Store) fromIndex(key string, idx *assemblyIndex, seals *sealCheck, p *plan, opts Options) (*Result, error) {
-	manifest := p.list()
-	objects := make(map[string]objectUse, len(idx.host))
-	var reused int64
-	files := 0
-	for i := range manifest {
-		e := &manifest[i]
-		if e.Type != render.RunfileFile {
-			continue
-		}
-		if files == len(idx.host) {
-			return nil, nil // a file the index does not have
-		}
-		r := idx.host[files]
-		files++
-		if r.path != e.Path || r.key != p.keys[e.Path] || !r.trusted() {
-			return nil, nil
-		}
-		e.Size, e.SHA256 = r.key.Size, r.shaHex()
-		objects[e.Path] = objectUse{key: r.key, record: statRecord{SHA256: e.SHA256, Size: e.Size, ReadNS: r.readNS}}
-		reused += e.Size
-	}
-	if files != len(idx.host) {
-		return nil, nil // a file removed
-	}
-	if opts.ContainerPaths {
-		manifest = relocate(manifest, objects, opts.Dirs, opts.Placed)
-	}
-	digest, err := render.RunfilesDigest(manifest)
-	if err != nil {
-		return nil, fmt.Errorf("manifest digest: %w", err)
-	}
-	if digest != "sha256:"+idx.digest || len(manifest) != len(idx.tree) {
+// fromIndex returns the assembly the index describes when it still
+// holds, nil when anything differs (the assembly then goes through the
+// stat cache and the store objects). It holds when the closure p has
+// exactly the indexed entries, every file with the stat key the index
+// recorded, read long enough after its ctime (the stat cache's rule): the
+// manifest is then the indexed one, digest included. And every tree entry
+// must still have its seal: a file whose seal moved is accepted when its
+// inode is still what the stat cache's entry sealed (another tree linked
+// the object since), and the index is written again with its new seal.
+func (s *Store) fromIndex(key string, seals *sealCheck, p *plan, opts Options) (*Result, error) {
+	idx, manifest := seals.index()
+	if idx == nil || len(p.entries) != len(idx.plan) {
 		return nil, nil
 	}
-	for i, e := range manifest {
-		if e.Path != idx.tree[i].path {
+	var reused int64
+	files := 0
+	for i := range idx.plan {
+		r := &idx.plan[i]
+		e, ok := p.entries[r.path]
+		if !ok || !r.matches(e.Runfile) {
 			return nil, nil
 		}
+		if r.typ.String() != render.RunfileFile {
+			continue
+		}
+		if r.key != e.key || !r.trusted() {
+			return nil, nil
+		}
+		reused += r.key.Size
+		files++
 	}
 	changed, ok := seals.result()
 	if !ok {
 		return nil, nil
 	}
 	dir := s.TreePath(idx.digest)
-	for _, i := range changed {
-		e := manifest[i]
-		if e.Type != render.RunfileFile {
-			return nil, nil // a directory's entries or a symlink changed
-		}
-		fi, err := os.Lstat(dir + e.Path)
-		if err != nil {
-			return nil, nil
-		}
-		use := objects[e.Path]
-		r, found, _ := s.lookupStat(use.key)
-		if !found || r.SHA256 != e.SHA256 || !r.Object.matches(fi) {
-			return nil, nil
-		}
-		idx.tree[i].seal = treeSealOf(fi)
-	}
 	if len(changed) > 0 {
+		keys := idx.treeKeys(opts)
+		for _, i := range changed {
+			e := manifest[i]
+			if e.Type != render.RunfileFile {
+				return nil, nil // a directory's entries or a symlink changed
+			}
+			fi, err := os.Lstat(dir + e.Path)
+			if err != nil {
+				return nil, nil
+			}
+			r, found, _ := s.lookupStat(keys[e.Path])
+			if !found || r.SHA256 != e.SHA256 || !r.Object.matches(fi) {
+				return nil, nil
+			}
+			idx.seals[i] = treeSealOf(fi)
+		}
 		if err := s.saveIndex(key, idx); err != nil {
 			return nil, err
 		}
 	}
 	if opts.Progress != nil {
-		for k, r := range idx.host {
-			opts.Progress(Progress{Path: r.path, Bytes: r.key.Size, Done: k + 1, Total: len(idx.host)})
+		done := 0
+		for _, r := range idx.plan {
+			if r.typ.String() == render.RunfileFile {
+				done++
+				opts.Progress(Progress{Path: r.path, Bytes: r.key.Size, Done: done, Total: files})
+			}
 		}
 	}
 	return &Result{
-		Manifest: manifest, ManifestDigest: digest, TreeDir: dir,
+		Manifest: manifest, ManifestDigest: "sha256:" + idx.digest, TreeDir: dir,
 		Stats: Stats{Entries: len(manifest), Files: files, BytesReused: reused, Indexed: true},
 	}, nil
 }
 
-// sealCheck is a check of a tree's seals (changedSeals) running in the
-// background.
-type sealCheck struct {
-	cancel  context.CancelFunc
-	done    chan struct{}
-	changed []int
-	ok      bool
+// treeKeys maps the tree path of every file of the indexed closure to its
+// host file's stat key.
+func (idx *assemblyIndex) treeKeys(opts Options) map[string]statKey {
+	keys := make(map[string]statKey, len(idx.plan))
+	m := make([]render.Runfile, len(idx.plan))
+	for i, r := range idx.plan {
+		m[i] = render.Runfile{Path: r.path, Type: r.typ.String(), Mode: r.mode, Target: r.target}
+		if r.typ.String() == render.RunfileFile {
+			keys[r.path] = r.key
+		}
+	}
+	if opts.ContainerPaths {
+		relocate(m, keys, opts.Dirs, opts.Placed)
+	}
+	return keys
 }
 
-func startSealCheck(ctx context.Context, dir string, idx *assemblyIndex) *sealCheck {
+// sealCheck reads an assembly index and checks its tree's seals
+// (changedSeals) in the background.
+type sealCheck struct {
+	cancel   context.CancelFunc
+	loaded   chan struct{} // idx and manifest are set
+	done     chan struct{} // changed and ok are set
+	idx      *assemblyIndex
+	manifest []render.Runfile
+	changed  []int
+	ok       bool
+}
+
+// startSealCheck decodes the index b (nil: none) and checks the seals of
+// its tree, under trees.
+func startSealCheck(ctx context.Context, trees string, b []byte, opts Options) *sealCheck {
 	ctx, cancel := context.WithCancel(ctx)
-	c := &sealCheck{cancel: cancel, done: make(chan struct{})}
+	c := &sealCheck{cancel: cancel, loaded: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		c.changed, c.ok = changedSeals(ctx, dir, idx)
+		idx, err := decodeIndex(b)
+		var manifest []render.Runfile
+		if err == nil {
+			if manifest = idx.manifestOf(opts); len(manifest) != len(idx.seals) {
+				idx = nil // not this manifest's seals
+			}
+		}
+		c.idx, c.manifest = idx, manifest
+		close(c.loaded)
+		if idx != nil {
+			c.changed, c.ok = changedSeals(ctx, filepath.Join(trees, idx.digest), idx.root, manifest, idx.seals)
+		}
 	}()
 	return c
+}
+
+// index waits for the index to be read: nil when there is none; and the
+// manifest it describes.
+func (c *sealCheck) index() (*assemblyIndex, []render.Runfile) {
+	<-c.loaded
+	return c.idx, c.manifest
 }
 
 // result waits for the check: the entries whose seal differs, and false

@@ -119,8 +119,13 @@ func Closure(programs []string, opts Options) ([]render.Runfile, error) {
 // plan is a closure with the stat of every file as it was analysed, so
 // Assemble can tell whether it still stores the same file.
 type plan struct {
-	entries map[string]render.Runfile
-	keys    map[string]statKey // regular files
+	// entries holds each entry with, for a regular file, its stat key:
+	// one map, looked up once per file.
+	entries map[string]planEntry
+	// order is every path of entries, in the order they were recorded:
+	// walks record them nearly sorted, which list sorts faster than the
+	// map's order.
+	order []string
 	// sources maps a placed file's tree path to the host file read for it
 	// (every other file is read at its own path).
 	sources map[string]string
@@ -134,17 +139,29 @@ func (p *plan) source(path string) string {
 	return path
 }
 
+// planEntry is an entry of a plan: a file's has its stat key.
+type planEntry struct {
+	render.Runfile
+	key statKey
+}
+
 func (p *plan) list() []render.Runfile {
-	paths := make([]string, 0, len(p.entries))
-	for path := range p.entries {
-		paths = append(paths, path)
-	}
+	paths := slices.Clone(p.order)
 	slices.Sort(paths) // strings, not whole entries: a third of the time
 	out := make([]render.Runfile, len(paths))
 	for i, path := range paths {
-		out[i] = p.entries[path]
+		out[i] = p.entries[path].Runfile
 	}
 	return out
+}
+
+// key is the stat key of the file entry at path.
+func (p *plan) key(path string) statKey { return p.entries[path].key }
+
+// add records a new entry.
+func (p *plan) add(e planEntry) {
+	p.entries[e.Path] = e
+	p.order = append(p.order, e.Path)
 }
 
 // statKey identifies a file's content by what stat says about it.
@@ -184,8 +201,8 @@ func closure(ctx context.Context, programs []string, opts Options, sizeHint int)
 	c := newCloser(opts)
 	c.ctx = ctx
 	if sizeHint > 0 {
-		c.plan.entries = make(map[string]render.Runfile, sizeHint)
-		c.plan.keys = make(map[string]statKey, sizeHint)
+		c.plan.entries = make(map[string]planEntry, sizeHint)
+		c.plan.order = make([]string, 0, sizeHint)
 	}
 	return c.run(programs)
 }
@@ -194,7 +211,7 @@ func newCloser(opts Options) *closer {
 	return &closer{
 		ctx:      context.Background(),
 		opts:     opts,
-		plan:     &plan{entries: make(map[string]render.Runfile), keys: make(map[string]statKey), sources: make(map[string]string)},
+		plan:     &plan{entries: make(map[string]planEntry), sources: make(map[string]string)},
 		elfInfos: make(map[string]*elfInfo),
 		programs: make(map[string]bool),
 		packages: make(map[string]bool),
@@ -265,10 +282,9 @@ func (c *closer) addPlaced(at, src string) error {
 	if err := c.addExtraDir(filepath.Dir(at)); err != nil {
 		return err
 	}
-	if err := c.record(render.Runfile{Path: at, Type: render.RunfileFile, Mode: uint32(fi.Mode().Perm())}); err != nil {
+	if err := c.recordKey(at, fi.Mode(), statKeyOf(fi)); err != nil {
 		return err
 	}
-	c.plan.keys[at] = statKeyOf(fi)
 	c.plan.sources[at] = real
 	return nil
 }
@@ -292,13 +308,13 @@ func requireStatic(path string) error {
 // record adds e, or checks that an existing entry for its path is the same.
 func (c *closer) record(e render.Runfile) error {
 	if old, ok := c.plan.entries[e.Path]; ok {
-		if old != e {
+		if old.Runfile != e {
 			return fmt.Errorf("%w: %s is needed as %s %o %q and as %s %o %q (did the host change?)",
 				ErrConflict, e.Path, old.Type, old.Mode, old.Target, e.Type, e.Mode, e.Target)
 		}
 		return nil
 	}
-	c.plan.entries[e.Path] = e
+	c.plan.add(planEntry{Runfile: e})
 	return nil
 }
 
@@ -434,13 +450,16 @@ func (c *closer) recordFile(real string, fi fs.FileInfo) error {
 
 // recordKey records the regular file real, of mode and stat key key.
 func (c *closer) recordKey(real string, mode fs.FileMode, key statKey) error {
-	if err := c.record(render.Runfile{Path: real, Type: render.RunfileFile, Mode: uint32(mode.Perm())}); err != nil {
-		return err
-	}
-	if old, ok := c.plan.keys[real]; ok && old != key {
+	e := render.Runfile{Path: real, Type: render.RunfileFile, Mode: uint32(mode.Perm())}
+	old, ok := c.plan.entries[real]
+	switch {
+	case !ok:
+		c.plan.add(planEntry{Runfile: e, key: key})
+	case old.Runfile != e:
+		return c.record(e) // the conflict
+	case old.key != key:
 		return fmt.Errorf("%w: %s changed while its closure was computed", ErrSourceChanged, real)
 	}
-	c.plan.keys[real] = key
 	return nil
 }
 
@@ -791,27 +810,40 @@ type takenTree struct {
 
 // addTrees adds each tree as addTree does. The trees are walked in
 // parallel (a walk is a stat per entry: most of the time of a large
-// package closure) and what each walk found is recorded in order, so the
-// result, and the first error, are those of one walk after the other.
+// package closure) and what each walk found is recorded in order, each
+// tree as soon as its walk is done, so the result, and the first error,
+// are those of one walk after the other.
 func (c *closer) addTrees(trees []takenTree) error {
 	type walked struct {
 		entries []walkedEntry
 		err     error
+		done    chan struct{}
 	}
 	found := make([]walked, len(trees))
-	parallel(c.ctx, len(trees), func(ctx context.Context, i int) error {
-		t := trees[i]
-		found[i].err = walkTree(t.root, t.skip, func(p string, e walkEntry) error {
-			found[i].entries = append(found[i].entries, walkedEntry{p, e})
-			return ctx.Err()
-		})
-		return nil
-	})
-	if err := c.ctx.Err(); err != nil {
-		return err
+	for i := range found {
+		found[i].done = make(chan struct{})
 	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	walks := make(chan error, 1)
+	go func() {
+		walks <- parallel(ctx, len(trees), func(ctx context.Context, i int) error {
+			defer close(found[i].done)
+			t := trees[i]
+			found[i].err = walkTree(t.root, t.skip, func(p string, e walkEntry) error {
+				found[i].entries = append(found[i].entries, walkedEntry{p, e})
+				return ctx.Err()
+			})
+			return nil
+		})
+	}()
+	defer func() { cancel(); <-walks }()
 	hostClass, hostMach := hostMachine()
 	for i, t := range trees {
+		select {
+		case <-found[i].done:
+		case <-ctx.Done(): // c.ctx: trees not walked yet are skipped
+			return c.ctx.Err()
+		}
 		if err := c.visit(t.root, t.fi, ""); err != nil {
 			return err
 		}
@@ -855,13 +887,22 @@ func (c *closer) addTreeEntry(root, p string, e walkEntry, hostClass elf.Class, 
 	}
 }
 
-// walkEntry is what walkTree tells of an entry: its lstat's mode, stat
-// key and seal, and a symlink's link text.
+// walkEntry is what walkTree tells of an entry: its lstat's mode (as
+// fs.FileMode and as st_mode) and stat key, and a symlink's link text.
 type walkEntry struct {
 	mode   fs.FileMode
+	stMode uint32
 	key    statKey
-	seal   treeSeal
 	target string
+}
+
+// seal is the entry's lstat as the seal of a tree entry (zero where stat
+// keys have no inode).
+func (e walkEntry) seal() treeSeal {
+	if e.key.Ino == 0 {
+		return treeSeal{}
+	}
+	return treeSeal{Dev: e.key.Dev, Ino: e.key.Ino, Mode: e.stMode, Size: e.key.Size, MtimeNS: e.key.MtimeNS, CtimeNS: e.key.CtimeNS}
 }
 
 // objectSeal is the entry's lstat as the seal of a store object.
@@ -936,7 +977,7 @@ func (c *closer) addExtraDir(d string) error {
 			}
 			continue
 		}
-		c.plan.entries[cur] = render.Runfile{Path: cur, Type: render.RunfileDir, Mode: 0o755}
+		c.plan.add(planEntry{Runfile: render.Runfile{Path: cur, Type: render.RunfileDir, Mode: 0o755}})
 	}
 	return nil
 }

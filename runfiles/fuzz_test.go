@@ -93,8 +93,9 @@ func FuzzDecodeIndex(f *testing.F) {
 	idx := &assemblyIndex{
 		digest: strings.Repeat("cd", 32),
 		root:   treeSeal{Dev: 1, Ino: 2, Mode: 0o40555},
-		tree:   []sealedEntry{{"/a", treeSeal{Ino: 3}}, {"/a/b", treeSeal{Ino: 4, Size: 9}}},
-		host:   []hostRecord{{path: "/a/b", key: statKey{Ino: 5, Size: 9}, readNS: 7}},
+		plan: []plannedEntry{{path: "/a", typ: 1, mode: 0o755}, {path: "/a/b", key: statKey{Ino: 5, Size: 9}, readNS: 7, sha: strings.Repeat("0", 64)},
+			{path: "/a/c", typ: 2, mode: 0o777, target: "b"}},
+		seals: []treeSeal{{Ino: 3}, {Ino: 4, Size: 9}, {}},
 	}
 	f.Add(idx.encode())
 	f.Add([]byte(indexMagic))
@@ -105,7 +106,7 @@ func FuzzDecodeIndex(f *testing.F) {
 		}
 		again, err := decodeIndex(got.encode())
 		if err != nil || again.digest != got.digest || again.root != got.root ||
-			!slices.Equal(again.tree, got.tree) || !slices.Equal(again.host, got.host) {
+			!slices.Equal(again.plan, got.plan) || !slices.Equal(again.seals, got.seals) {
 			t.Fatalf("decoded %+v, re-encoded and decoded %+v (%v)", got, again, err)
 		}
 	})

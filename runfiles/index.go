@@ -12,33 +12,32 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"unsafe"
+
+	"hookbox.dev/hookbox/render"
 )
 
 // assemblyIndex is what the last assembly of the same inputs found (see
-// the package doc, "Index"): the stat key and digest of every host file,
-// the manifest digest, and the seal of every entry of its tree, taken when
-// the tree was verified. It lets an assembly of an unchanged host verify
-// everything with one stat per host file and one per tree entry.
+// the package doc, "Index"): its closure, with the stat key and digest of
+// every host file, the manifest digest, and the seal of every entry of
+// its tree, taken when the tree was verified. It lets an assembly of an
+// unchanged host verify everything with one stat per host file and one
+// per tree entry.
 type assemblyIndex struct {
 	digest string   // hex manifest digest: the tree is TreePath(digest)
 	root   treeSeal // the tree's root directory
-	tree   []sealedEntry
-	host   []hostRecord
-}
-
-// sealedEntry is one manifest entry's tree path and the seal of what was
-// there when the tree was verified; a zero seal (nothing to trust) matches
-// nothing.
-type sealedEntry struct {
-	path string
-	seal treeSeal
+	plan   []plannedEntry
+	// seals are those of the manifest's entries, in its order. The
+	// manifest is not stored: it is the plan laid out as Assemble lays it
+	// out (relocation, from the inputs the index is named by).
+	seals []treeSeal
 }
 
 // treeSeal is what the kernel said of a tree entry's inode when the tree
 // was verified: any change to the inode (a write, chmod, link or unlink)
 // or to a directory's entries moves its ctime, which user space cannot set
 // back. A file's inode is its store object's, so its seal covers the
-// object too.
+// object too. A zero seal (nothing to trust) matches nothing.
 type treeSeal struct {
 	Dev, Ino         uint64
 	Mode             uint32 // st_mode: type and permission bits
@@ -46,18 +45,75 @@ type treeSeal struct {
 	MtimeNS, CtimeNS int64
 }
 
-// hostRecord is one file entry of the closure (in path order): the stat key
-// it had, when its content was read (the stat cache's racy-window rule
-// applies), and its digest.
-type hostRecord struct {
+// plannedEntry is one entry of the closure (host paths, sorted) as the
+// indexed assembly found it; a file also has the stat key it had, when
+// its content was read (the stat cache's racy-window rule applies), and
+// its digest. The manifest is a function of these and of the inputs the
+// index is named by, so a closure with the same entries has the indexed
+// manifest, digest included.
+type plannedEntry struct {
 	path   string
+	typ    entryType
+	mode   uint32
+	target string
 	key    statKey
 	readNS int64
-	sha    [sha256.Size]byte
+	sha    string // lowercase hex
 }
 
-func (r hostRecord) trusted() bool {
+// entryType is a manifest entry type as the index writes it.
+type entryType byte
+
+var entryTypes = []string{render.RunfileFile, render.RunfileDir, render.RunfileSymlink}
+
+func (t entryType) String() string {
+	if int(t) < len(entryTypes) {
+		return entryTypes[t]
+	}
+	return ""
+}
+
+func (r *plannedEntry) trusted() bool {
 	return r.key.usable() && r.key.CtimeNS <= r.readNS-int64(racyWindow)
+}
+
+// matches reports whether e, an entry of a closure, is r.
+func (r *plannedEntry) matches(e render.Runfile) bool {
+	return e.Path == r.path && e.Type == r.typ.String() && e.Mode == r.mode && e.Target == r.target
+}
+
+// plannedEntryOf is the index's entry for e, an entry of the closure with
+// its digest (for a file: with the stat key it had and when its content
+// was read).
+func plannedEntryOf(e render.Runfile, key statKey, readNS int64) (plannedEntry, error) {
+	t := slices.Index(entryTypes, e.Type)
+	if t < 0 {
+		return plannedEntry{}, fmt.Errorf("%w: entry %s has type %q", ErrUnsupported, e.Path, e.Type)
+	}
+	p := plannedEntry{path: e.Path, typ: entryType(t), mode: e.Mode, target: e.Target}
+	if e.Type == render.RunfileFile {
+		p.key, p.readNS, p.sha = key, readNS, e.SHA256
+		if !validSHA256(p.sha) {
+			p.readNS = 0 // never trusted (decodeIndex, behind the CRC, takes what was written)
+		}
+	}
+	return p, nil
+}
+
+// manifestOf is the manifest of the indexed assembly: the closure's
+// entries with their digests, laid out as opts lays them out.
+func (idx *assemblyIndex) manifestOf(opts Options) []render.Runfile {
+	m := make([]render.Runfile, len(idx.plan))
+	for i, r := range idx.plan {
+		m[i] = render.Runfile{Path: r.path, Type: r.typ.String(), Mode: r.mode, Target: r.target}
+		if r.typ.String() == render.RunfileFile {
+			m[i].Size, m[i].SHA256 = r.key.Size, r.sha
+		}
+	}
+	if opts.ContainerPaths {
+		m = relocate(m, map[string]struct{}(nil), opts.Dirs, opts.Placed)
+	}
+	return m
 }
 
 // indexMagic starts every index file; a format change changes it, and a
@@ -86,15 +142,37 @@ func (s *Store) indexDir() string { return filepath.Join(s.root, "runfiles", "in
 // loadIndex returns the index stored under key, or nil when there is none
 // or it cannot be read: the assembly then does without it.
 func (s *Store) loadIndex(key string) *assemblyIndex {
-	b, err := os.ReadFile(filepath.Join(s.indexDir(), key))
-	if err != nil {
-		return nil
-	}
-	idx, err := decodeIndex(b)
+	idx, err := decodeIndex(s.readIndex(key))
 	if err != nil {
 		return nil
 	}
 	return idx
+}
+
+// readIndex returns the bytes of the index stored under key; nil when
+// there is none.
+func (s *Store) readIndex(key string) []byte {
+	b, err := os.ReadFile(filepath.Join(s.indexDir(), key))
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// indexEntries is the number of closure entries the index b says it
+// holds, read from its header alone (0 when b is not an index): what the
+// closure's maps are sized for while the rest is decoded.
+func indexEntries(b []byte) int {
+	if !bytes.HasPrefix(b, []byte(indexMagic)) || len(b) < len(indexMagic)+sha256.Size {
+		return 0
+	}
+	d := indexDecoder{b: b[len(indexMagic)+sha256.Size:]}
+	d.uvarint()
+	d.seal()
+	if n := d.count(); d.err == nil && n <= uint64(len(b)/4) { // an entry takes 4 bytes at least
+		return int(n)
+	}
+	return 0
 }
 
 // saveIndex writes idx under key (temporary file, then rename; not
@@ -118,35 +196,53 @@ func (s *Store) saveIndex(key string, idx *assemblyIndex) error {
 	return nil
 }
 
-// encode writes the index: the magic, the digest, the root's seal, the
-// tree entries and the host records (paths front-coded against the
-// previous one: both lists are sorted), and a CRC-32C of all of it, so a
-// truncated or damaged file is never mistaken for a smaller index.
+// encode writes the index: the magic, the digest, the length of all its
+// text (paths, link texts, digests), the root's seal, the closure's
+// entries (paths front-coded against the previous one: the list is
+// sorted), the seals, and a CRC-32C of all of it, so a truncated or
+// damaged file is never mistaken for a smaller index.
 func (idx *assemblyIndex) encode() []byte {
-	b := make([]byte, 0, 64+len(idx.tree)*40+len(idx.host)*80)
+	text := 0
+	for _, r := range idx.plan {
+		text += len(r.path) + len(r.target) + len(r.sha)
+	}
+	b := make([]byte, 0, 64+len(idx.plan)*80+len(idx.seals)*30)
 	b = append(b, indexMagic...)
 	digest, _ := hex.DecodeString(idx.digest)
 	b = append(b, digest...)
+	b = binary.AppendUvarint(b, uint64(text))
 	b = idx.root.append(b)
-	b = binary.AppendUvarint(b, uint64(len(idx.tree)))
+	b = binary.AppendUvarint(b, uint64(len(idx.plan)))
 	prev := ""
-	for _, e := range idx.tree {
-		b = appendPath(b, prev, e.path)
-		b = e.seal.append(b)
-		prev = e.path
-	}
-	b = binary.AppendUvarint(b, uint64(len(idx.host)))
-	prev = ""
-	for _, r := range idx.host {
-		b = appendPath(b, prev, r.path)
-		b = binary.AppendUvarint(b, r.key.Dev)
-		b = binary.AppendUvarint(b, r.key.Ino)
-		b = binary.AppendVarint(b, r.key.Size)
-		b = binary.AppendVarint(b, r.key.MtimeNS)
-		b = binary.AppendVarint(b, r.key.CtimeNS)
-		b = binary.AppendVarint(b, r.readNS)
-		b = append(b, r.sha[:]...)
+	for _, r := range idx.plan {
+		n := 0
+		for n < len(prev) && n < len(r.path) && prev[n] == r.path[n] {
+			n++
+		}
+		b = binary.AppendUvarint(b, uint64(n))
+		b = binary.AppendUvarint(b, uint64(len(r.path)-n))
+		b = append(b, r.path[n:]...)
 		prev = r.path
+		b = append(b, byte(r.typ))
+		b = binary.AppendUvarint(b, uint64(r.mode))
+		switch r.typ.String() {
+		case render.RunfileSymlink:
+			b = binary.AppendUvarint(b, uint64(len(r.target)))
+			b = append(b, r.target...)
+		case render.RunfileFile:
+			b = binary.AppendUvarint(b, r.key.Dev)
+			b = binary.AppendUvarint(b, r.key.Ino)
+			b = binary.AppendVarint(b, r.key.Size)
+			b = binary.AppendVarint(b, r.key.MtimeNS)
+			b = binary.AppendVarint(b, r.key.CtimeNS)
+			b = binary.AppendVarint(b, r.readNS)
+			b = binary.AppendUvarint(b, uint64(len(r.sha)))
+			b = append(b, r.sha...)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(idx.seals)))
+	for _, seal := range idx.seals {
+		b = seal.append(b)
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -162,19 +258,12 @@ func (seal treeSeal) append(b []byte) []byte {
 	return binary.AppendVarint(b, seal.CtimeNS)
 }
 
-// appendPath writes p as the length of its common prefix with prev and
-// the rest.
-func appendPath(b []byte, prev, p string) []byte {
-	n := 0
-	for n < len(prev) && n < len(p) && prev[n] == p[n] {
-		n++
-	}
-	b = binary.AppendUvarint(b, uint64(n))
-	b = binary.AppendUvarint(b, uint64(len(p)-n))
-	return append(b, p[n:]...)
-}
-
 var errBadIndex = errors.New("not a runfiles index")
+
+// maxIndexText bounds the text of an index per byte of it (a damaged
+// length must not make decoding allocate much more than the file): a
+// front-coded path of a few bytes can stand for one of a few hundred.
+const maxIndexText = 512
 
 // decodeIndex reads what encode wrote; anything else is errBadIndex.
 func decodeIndex(b []byte) (*assemblyIndex, error) {
@@ -187,49 +276,80 @@ func decodeIndex(b []byte) (*assemblyIndex, error) {
 	}
 	d := indexDecoder{b: body[len(indexMagic):]}
 	idx := &assemblyIndex{digest: hex.EncodeToString(d.bytes(sha256.Size))}
-	idx.root = d.seal()
-	// Every path goes into one buffer, made one string at the end: 40,000
+	// All text goes into one buffer, made one string at the end: 60,000
 	// small strings would cost more than the rest of the decoding.
-	var paths pathArena
-	n := d.count()
-	idx.tree = make([]sealedEntry, n)
-	treePaths := make([]span, n)
-	for i := range idx.tree {
-		treePaths[i] = d.path(&paths)
-		idx.tree[i].seal = d.seal()
-	}
-	n = d.count()
-	idx.host = make([]hostRecord, n)
-	hostPaths := make([]span, n)
-	paths.prev = span{}
-	for i := range idx.host {
-		hostPaths[i] = d.path(&paths)
-		r := &idx.host[i]
-		r.key = statKey{Dev: d.uvarint(), Ino: d.uvarint(), Size: d.varint(), MtimeNS: d.varint(), CtimeNS: d.varint()}
-		r.readNS = d.varint()
-		copy(r.sha[:], d.bytes(sha256.Size))
-	}
-	if d.err != nil || len(d.b) != 0 {
+	n := d.uvarint()
+	if n > maxIndexText*uint64(len(b)) {
 		return nil, errBadIndex
 	}
-	all := string(paths.buf)
-	for i, sp := range treePaths {
-		idx.tree[i].path = all[sp.start:sp.end]
+	text := make([]byte, 0, n)
+	idx.root = d.seal()
+	type spans struct{ path, target, sha [2]int }
+	idx.plan = make([]plannedEntry, d.count())
+	at := make([]spans, len(idx.plan))
+	var prev [2]int
+	for i := range idx.plan {
+		r, sp := &idx.plan[i], &at[i]
+		keep, rest := d.uvarint(), d.bytes(d.uvarint())
+		if keep > uint64(prev[1]-prev[0]) {
+			return nil, errBadIndex
+		}
+		start := len(text)
+		text = append(text, text[prev[0]:prev[0]+int(keep)]...)
+		text = append(text, rest...)
+		sp.path = [2]int{start, len(text)}
+		prev = sp.path
+		r.typ = entryType(d.byte())
+		if mode := d.uvarint(); mode <= 1<<32-1 {
+			r.mode = uint32(mode)
+		} else {
+			d.fail()
+		}
+		switch r.typ.String() {
+		case render.RunfileSymlink:
+			start := len(text)
+			text = append(text, d.bytes(d.uvarint())...)
+			sp.target = [2]int{start, len(text)}
+		case render.RunfileFile:
+			r.key = statKey{Dev: d.uvarint(), Ino: d.uvarint(), Size: d.varint(), MtimeNS: d.varint(), CtimeNS: d.varint()}
+			r.readNS = d.varint()
+			start := len(text)
+			text = append(text, d.bytes(d.uvarint())...)
+			sp.sha = [2]int{start, len(text)}
+		case render.RunfileDir:
+		default:
+			d.fail()
+		}
 	}
-	for i, sp := range hostPaths {
-		idx.host[i].path = all[sp.start:sp.end]
+	idx.seals = make([]treeSeal, d.count())
+	for i := range idx.seals {
+		idx.seals[i] = d.seal()
+	}
+	if d.err != nil || len(d.b) != 0 || uint64(len(text)) != n {
+		return nil, errBadIndex
+	}
+	// text is not written again: the string can share its bytes.
+	all := unsafe.String(unsafe.SliceData(text), len(text))
+	for i, sp := range at {
+		r := &idx.plan[i]
+		r.path, r.target, r.sha = all[sp.path[0]:sp.path[1]], all[sp.target[0]:sp.target[1]], all[sp.sha[0]:sp.sha[1]]
 	}
 	return idx, nil
 }
 
-// pathArena holds decoded paths back to back; prev is the last one, which
-// the next is front-coded against.
-type pathArena struct {
-	buf  []byte
-	prev span
+// validSHA256 reports whether s is a sha256 as the manifest writes it: 64
+// lowercase hex digits.
+func validSHA256(s string) bool {
+	if len(s) != hex.EncodedLen(sha256.Size) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
-
-type span struct{ start, end int }
 
 // indexDecoder reads an index body; the first error sticks and every later
 // read returns zero values.
@@ -239,6 +359,16 @@ type indexDecoder struct {
 }
 
 func (d *indexDecoder) fail() { d.err, d.b = errBadIndex, nil }
+
+func (d *indexDecoder) byte() byte {
+	if len(d.b) == 0 {
+		d.fail()
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
 
 func (d *indexDecoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
@@ -282,42 +412,13 @@ func (d *indexDecoder) count() uint64 {
 	return n
 }
 
-// path reads a front-coded path into the arena.
-func (d *indexDecoder) path(a *pathArena) span {
-	keep, n := d.uvarint(), d.uvarint()
-	if keep > uint64(a.prev.end-a.prev.start) {
-		d.fail()
-		return span{}
-	}
-	start := len(a.buf)
-	a.buf = append(a.buf, a.buf[a.prev.start:a.prev.start+int(keep)]...)
-	a.buf = append(a.buf, d.bytes(n)...)
-	a.prev = span{start, len(a.buf)}
-	return a.prev
-}
-
 func (d *indexDecoder) seal() treeSeal {
 	s := treeSeal{Dev: d.uvarint(), Ino: d.uvarint()}
-	mode := d.uvarint()
-	if mode > 1<<32-1 {
+	if mode := d.uvarint(); mode <= 1<<32-1 {
+		s.Mode = uint32(mode)
+	} else {
 		d.fail()
 	}
-	s.Mode = uint32(mode)
 	s.Size, s.MtimeNS, s.CtimeNS = d.varint(), d.varint(), d.varint()
 	return s
-}
-
-// shaHex is the record's digest as the manifest writes it.
-func (r hostRecord) shaHex() string { return hex.EncodeToString(r.sha[:]) }
-
-// hostRecordOf is the host record of the closure's file path, whose digest
-// came from the stat-cache entry r.
-func hostRecordOf(path string, key statKey, r statRecord) hostRecord {
-	h := hostRecord{path: path, key: key, readNS: r.ReadNS}
-	if len(r.SHA256) != hex.EncodedLen(sha256.Size) {
-		h.readNS = 0 // never trusted
-	} else if _, err := hex.Decode(h.sha[:], []byte(r.SHA256)); err != nil {
-		h.readNS = 0
-	}
-	return h
 }

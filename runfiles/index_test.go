@@ -63,6 +63,10 @@ func assembleIndexed(t *testing.T, s *Store, p indexedPackage) *Result {
 		t.Errorf("indexed stats %+v, first %+v", second.Stats, first.Stats)
 	}
 	checkTree(t, second)
+	idx := s.loadIndex(indexKey(p.programs, p.opts))
+	if idx == nil || !slices.Equal(idx.manifestOf(p.opts), first.Manifest) || len(idx.seals) != len(first.Manifest) {
+		t.Fatalf("the index does not describe the manifest it was written for")
+	}
 	return second
 }
 
@@ -72,11 +76,12 @@ func treePath(res *Result, p string) string {
 }
 
 // TestIndexNoticesHostChanges: the index never stands in for a host that
-// changed since it was written. A file rewritten, a file added, a file
-// removed, and a file rewritten with its size and mtime put back (only its
-// ctime tells) each give the manifest of the new host, not the indexed one.
+// changed since it was written. A file rewritten, added or removed, a file
+// rewritten with its size and mtime put back (only its ctime tells), a
+// file's or a directory's mode changed, and a symlink pointed elsewhere
+// each give the manifest of the new host, not the indexed one.
 func TestIndexNoticesHostChanges(t *testing.T) {
-	pkgs := newIndexedPackages(t, 5)
+	pkgs := newIndexedPackages(t, 7)
 	cases := []struct {
 		name   string
 		change func(t *testing.T, pkg string)
@@ -133,6 +138,28 @@ func TestIndexNoticesHostChanges(t *testing.T) {
 		}, func(t *testing.T, pkg string, res *Result) {
 			if e := entry(res.Manifest, render.ContainerPath(filepath.Join(pkg, "lib", "a.js"))); e.Mode != 0o755 {
 				t.Errorf("a.js in the manifest is %+v", e)
+			}
+		}},
+		{"dir-mode", func(t *testing.T, pkg string) {
+			if err := os.Chmod(filepath.Join(pkg, "lib"), 0o750); err != nil {
+				t.Fatal(err)
+			}
+		}, func(t *testing.T, pkg string, res *Result) {
+			if e := entry(res.Manifest, render.ContainerPath(filepath.Join(pkg, "lib"))); e.Mode != 0o750 {
+				t.Errorf("lib in the manifest is %+v", e)
+			}
+		}},
+		{"symlink-target", func(t *testing.T, pkg string) {
+			link := filepath.Join(pkg, "bin", "a.js")
+			if err := os.Remove(link); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("../lib/b.js", link); err != nil {
+				t.Fatal(err)
+			}
+		}, func(t *testing.T, pkg string, res *Result) {
+			if e := entry(res.Manifest, render.ContainerPath(filepath.Join(pkg, "bin", "a.js"))); e.Target != "../lib/b.js" {
+				t.Errorf("bin/a.js in the manifest is %+v", e)
 			}
 		}},
 	}
@@ -242,7 +269,7 @@ func TestIndexAfterAnotherTree(t *testing.T) {
 	if idx == nil {
 		t.Fatal("no index")
 	}
-	changed, ok := changedSeals(context.Background(), a.TreeDir, idx)
+	changed, ok := changedSeals(context.Background(), a.TreeDir, idx.root, idx.manifestOf(pkgs[0].opts), idx.seals)
 	if !ok || len(changed) != 0 {
 		t.Errorf("after the update, %d entries differ from their seals (root %v)", len(changed), ok)
 	}
@@ -328,15 +355,19 @@ func TestIndexEncoding(t *testing.T) {
 	idx := &assemblyIndex{
 		digest: strings.Repeat("ab", 32),
 		root:   treeSeal{Dev: 1, Ino: 2, Mode: 0o40555, Size: 4096, MtimeNS: 3, CtimeNS: 4},
-		tree: []sealedEntry{
-			{"/opt", treeSeal{Dev: 1, Ino: 5, Mode: 0o40555, MtimeNS: -1, CtimeNS: 1 << 62}},
-			{"/opt/a", treeSeal{Dev: 1, Ino: 6, Mode: 0o100444, Size: 10}},
-			{"/opt/ab", treeSeal{}},
-			{"/optx", treeSeal{Dev: ^uint64(0), Ino: ^uint64(0), Mode: ^uint32(0), Size: -1}},
+		plan: []plannedEntry{
+			{path: "/opt", typ: 1, mode: 0o755},
+			{path: "/opt/a", mode: 0o644, key: statKey{Dev: 7, Ino: 8, Size: 10, MtimeNS: 9, CtimeNS: 10}, readNS: 11, sha: strings.Repeat("0f", 32)},
+			{path: "/opt/ab", key: statKey{Size: -5}, readNS: -1, sha: strings.Repeat("e", 64)},
+			{path: "/opt/l", typ: 2, mode: 0o777, target: "../x/\x00y"},
+			{path: "/opt/l2", typ: 2, mode: 0o777, target: ""},
+			{path: "/optx", typ: 1, mode: ^uint32(0)},
 		},
-		host: []hostRecord{
-			{path: "/opt/a", key: statKey{Dev: 7, Ino: 8, Size: 10, MtimeNS: 9, CtimeNS: 10}, readNS: 11, sha: [32]byte{1, 2, 3}},
-			{path: "/opt/ab", key: statKey{Size: -5}, readNS: -1},
+		seals: []treeSeal{
+			{Dev: 1, Ino: 5, Mode: 0o40555, MtimeNS: -1, CtimeNS: 1 << 62},
+			{Dev: 1, Ino: 6, Mode: 0o100444, Size: 10},
+			{},
+			{Dev: ^uint64(0), Ino: ^uint64(0), Mode: ^uint32(0), Size: -1},
 		},
 	}
 	b := idx.encode()
@@ -344,7 +375,7 @@ func TestIndexEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.digest != idx.digest || got.root != idx.root || !slices.Equal(got.tree, idx.tree) || !slices.Equal(got.host, idx.host) {
+	if got.digest != idx.digest || got.root != idx.root || !slices.Equal(got.plan, idx.plan) || !slices.Equal(got.seals, idx.seals) {
 		t.Errorf("decoded %+v, want %+v", got, idx)
 	}
 	for n := range len(b) {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/render"
 )
 
 // statKeyOf returns the identity of a file's current content as the kernel
@@ -126,12 +128,14 @@ func treeSealOfStat(st *unix.Stat_t) treeSeal {
 	return treeSeal{Dev: st.Dev, Ino: st.Ino, Mode: st.Mode, Size: st.Size, MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano()}
 }
 
-// changedSeals compares every entry of the tree at dir with its seal in
-// idx, stating each relative to the tree's root directory (a path walk of
-// its own components only) on GOMAXPROCS goroutines, and returns the
-// indexes of the entries that differ, sorted. ok is false when the root
-// itself is missing or not the directory sealed.
-func changedSeals(ctx context.Context, dir string, idx *assemblyIndex) (changed []int, ok bool) {
+// changedSeals compares the tree at dir with the seals of the index: its
+// root with root, each entry of manifest with seals (same order). Each
+// entry is stated by name in its directory (fstatat on a descriptor of the
+// directory, which its neighbours in the sorted manifest share: a lookup
+// of one component instead of the whole path), on GOMAXPROCS goroutines.
+// It returns the indexes of the entries that differ, sorted; ok is false
+// when the root itself is missing or not the directory sealed.
+func changedSeals(ctx context.Context, dir string, root treeSeal, manifest []render.Runfile, seals []treeSeal) (changed []int, ok bool) {
 	fd, err := retryEINTR(func() (int, error) {
 		return unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	})
@@ -140,29 +144,35 @@ func changedSeals(ctx context.Context, dir string, idx *assemblyIndex) (changed 
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || idx.root.Ino == 0 || treeSealOfStat(&st) != idx.root {
+	if unix.Fstat(fd, &st) != nil || root.Ino == 0 || treeSealOfStat(&st) != root {
 		return nil, false
 	}
 	var (
 		mu   sync.Mutex
 		next atomic.Int64
 	)
-	const chunk = 256
+	const chunk = 512
 	err = parallel(ctx, runtime.GOMAXPROCS(0), func(ctx context.Context, _ int) error {
 		var mine []int
+		dirs := dirCache{root: fd}
+		defer dirs.close()
 		var st unix.Stat_t
 		for {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			start := int(next.Add(chunk)) - chunk
-			if start >= len(idx.tree) {
+			if start >= len(manifest) {
 				break
 			}
-			for i := start; i < min(start+chunk, len(idx.tree)); i++ {
-				e := idx.tree[i]
-				err := unix.Fstatat(fd, strings.TrimPrefix(e.path, "/"), &st, unix.AT_SYMLINK_NOFOLLOW)
-				if err != nil || e.seal.Ino == 0 || treeSealOfStat(&st) != e.seal {
+			for i := start; i < min(start+chunk, len(manifest)); i++ {
+				p := manifest[i].Path
+				slash := strings.LastIndexByte(p, '/')
+				dfd, err := dirs.open(p[:slash])
+				if err == nil {
+					err = unix.Fstatat(dfd, p[slash+1:], &st, unix.AT_SYMLINK_NOFOLLOW)
+				}
+				if err != nil || seals[i].Ino == 0 || treeSealOfStat(&st) != seals[i] {
 					mine = append(mine, i)
 				}
 			}
@@ -177,4 +187,49 @@ func changedSeals(ctx context.Context, dir string, idx *assemblyIndex) (changed 
 	}
 	slices.Sort(changed)
 	return changed, true
+}
+
+// dirCache holds descriptors (O_PATH) of the few directories of a tree
+// last looked in, below root.
+type dirCache struct {
+	root int
+	dirs [8]struct {
+		path string
+		fd   int
+	}
+	n, next int
+}
+
+// open returns a descriptor of the directory at path ("" is the root),
+// never through a symlink at its last component.
+func (c *dirCache) open(path string) (int, error) {
+	if path == "" {
+		return c.root, nil
+	}
+	for i := range c.n {
+		if c.dirs[i].path == path {
+			return c.dirs[i].fd, nil
+		}
+	}
+	fd, err := retryEINTR(func() (int, error) {
+		return unix.Openat(c.root, path[1:], unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return -1, err
+	}
+	slot := &c.dirs[c.next]
+	if c.next < c.n {
+		unix.Close(slot.fd)
+	} else {
+		c.n++
+	}
+	slot.path, slot.fd = path, fd
+	c.next = (c.next + 1) % len(c.dirs)
+	return fd, nil
+}
+
+func (c *dirCache) close() {
+	for i := range c.n {
+		unix.Close(c.dirs[i].fd)
+	}
 }

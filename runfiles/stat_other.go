@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+
+	"hookbox.dev/hookbox/render"
 )
 
 // statKeyOf returns what a portable stat offers: no inode and no ctime, so
@@ -25,7 +27,9 @@ func ownerHint(fs.FileInfo) string { return "" }
 func treeSealOf(fs.FileInfo) treeSeal { return treeSeal{} }
 
 // changedSeals: without seals, every tree is verified by its walk.
-func changedSeals(context.Context, string, *assemblyIndex) ([]int, bool) { return nil, false }
+func changedSeals(context.Context, string, treeSeal, []render.Runfile, []treeSeal) ([]int, bool) {
+	return nil, false
+}
 
 // writeNew creates the file path, which must not exist (fs.ErrExist
 // otherwise), with content b, mode 0600.

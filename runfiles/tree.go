@@ -122,7 +122,7 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]object
 					now := w.objectSeal()
 					if now.CtimeNS >= was.CtimeNS {
 						if was.CtimeNS = now.CtimeNS; was == now {
-							v.entries[i] = w.seal
+							v.entries[i] = w.seal()
 							if now != sealOf(obj) {
 								v.resealed[i] = now
 							}
@@ -142,7 +142,7 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]object
 				return mismatch(rel, "content differs")
 			}
 		}
-		v.entries[i] = w.seal
+		v.entries[i] = w.seal()
 		return nil
 	})
 	if err != nil {

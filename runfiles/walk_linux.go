@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -21,7 +22,9 @@ import (
 // fn returning fs.SkipDir for a directory skips what is below it. fn's
 // errors are returned as they are; the walk's own name root.
 func walkTree(root, skip string, fn func(path string, e walkEntry) error) error {
-	w := walker{root: root, buf: make([]byte, 32<<10), skip: skip, fn: fn}
+	buf := direntBufs.Get().(*[direntBufSize]byte)
+	defer direntBufs.Put(buf)
+	w := walker{root: root, buf: buf[:], skip: skip, fn: fn}
 	fd, err := openDirAt(unix.AT_FDCWD, root)
 	if err != nil {
 		return w.fail("open", root, err)
@@ -29,6 +32,12 @@ func walkTree(root, skip string, fn func(path string, e walkEntry) error) error 
 	defer unix.Close(fd)
 	return w.walk(fd, root)
 }
+
+// direntBufs recycles getdents buffers: a closure walks hundreds of
+// package trees, and a buffer each was most of its allocation.
+var direntBufs = sync.Pool{New: func() any { return new([direntBufSize]byte) }}
+
+const direntBufSize = 16 << 10
 
 type walker struct {
 	root string
@@ -63,7 +72,7 @@ func (w *walker) walk(fd int, dir string) error {
 		if err := ignoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 			return w.fail("lstat", p, err)
 		}
-		e := walkEntry{mode: fileModeOf(st.Mode), key: statKeyOfStat(&st), seal: treeSealOfStat(&st)}
+		e := walkEntry{mode: fileModeOf(st.Mode), stMode: st.Mode, key: statKeyOfStat(&st)}
 		if e.mode&fs.ModeSymlink != 0 {
 			t, err := readlinkAt(fd, name)
 			if err != nil {

@@ -28,7 +28,7 @@ func walkTree(root, skip string, fn func(path string, e walkEntry) error) error 
 		if err != nil {
 			return err
 		}
-		e := walkEntry{mode: fi.Mode(), key: statKeyOf(fi), seal: treeSealOf(fi)}
+		e := walkEntry{mode: fi.Mode(), key: statKeyOf(fi)}
 		if e.mode&fs.ModeSymlink != 0 {
 			if e.target, err = os.Readlink(p); err != nil {
 				return err
