@@ -165,17 +165,14 @@ func (s *Store) assembleFull(ctx context.Context, key string, p *plan, opts Opti
 		// newIn: the objects directories (by mode) that got a new name.
 		newIn = make(map[fs.FileMode]bool)
 	)
-	err := parallel(ctx, len(files), func(ctx context.Context, k int) error {
+	// fileDone records what put or commit did for the k-th file.
+	fileDone := func(k int, st stored) {
 		e := manifest[files[k]]
-		st, err := s.put(ctx, p.source(e.Path), p.key(e.Path), e.Mode, opts.Verify)
-		if err != nil {
-			return fmt.Errorf("%s: %w", p.source(e.Path), err)
-		}
+		mu.Lock()
+		defer mu.Unlock()
 		if st.dirty {
 			writes.set(p.key(e.Path), st.record)
 		}
-		mu.Lock()
-		defer mu.Unlock()
 		manifest[files[k]].Size, manifest[files[k]].SHA256 = st.size, st.sha
 		objects[e.Path] = objectUse{fi: st.object, key: p.key(e.Path), record: st.record}
 		if st.hashed {
@@ -198,10 +195,61 @@ func (s *Store) assembleFull(ctx context.Context, key string, p *plan, opts Opti
 		if opts.Progress != nil {
 			opts.Progress(Progress{Path: e.Path, Bytes: st.size, Hashed: st.hashed, Done: done, Total: len(files)})
 		}
+	}
+	// Files read into the store wait, staged, until all are synced at
+	// once; then they get their names.
+	type pendingFile struct {
+		k         int
+		st        *staged
+		committed bool
+	}
+	var pending []pendingFile
+	defer func() {
+		for _, f := range pending {
+			if !f.committed {
+				os.Remove(f.st.tmp)
+			}
+		}
+	}()
+	err := parallel(ctx, len(files), func(ctx context.Context, k int) error {
+		e := manifest[files[k]]
+		st, stg, err := s.put(ctx, p.source(e.Path), p.key(e.Path), e.Mode, opts.Verify)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.source(e.Path), err)
+		}
+		if stg != nil {
+			mu.Lock()
+			pending = append(pending, pendingFile{k: k, st: stg})
+			mu.Unlock()
+			return nil
+		}
+		fileDone(k, st)
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(pending) > 0 {
+		toSync := make([]*staged, len(pending))
+		for i, f := range pending {
+			toSync[i] = f.st
+		}
+		if err := s.syncStaged(toSync); err != nil {
+			return nil, err
+		}
+		err := parallel(ctx, len(pending), func(ctx context.Context, i int) error {
+			f := &pending[i]
+			st, err := s.commit(f.st)
+			f.committed = true // commit removes the temporary name, whatever happens
+			if err != nil {
+				return fmt.Errorf("%s: %w", f.st.path, err)
+			}
+			fileDone(f.k, st)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	slices.SortFunc(res.Repairs, func(a, b Repair) int { return strings.Compare(a.Object, b.Object) })
 	res.Stats.Repaired = len(res.Repairs)

@@ -7,9 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"iter"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,6 +100,41 @@ func openNoFollow(path string) (*os.File, error) {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+// createTemp creates a new file in dir, named prefix and a random number,
+// for reading and writing, mode 0600: os.CreateTemp without the poller
+// setup of os.OpenFile (see openNoFollow), which a first assembly paid
+// for every object it stored.
+func createTemp(dir, prefix string) (*os.File, error) {
+	for try := 0; ; try++ {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		fd, err := retryEINTR(func() (int, error) {
+			return syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+		})
+		if err == nil {
+			return os.NewFile(uintptr(fd), name), nil
+		}
+		if !errors.Is(err, syscall.EEXIST) || try == 100 {
+			return nil, &fs.PathError{Op: "createtemp", Path: name, Err: err}
+		}
+	}
+}
+
+// syncFilesystem makes the files (all in dir's filesystem) durable: one
+// syncfs of that filesystem, whose journal commits them together.
+func syncFilesystem(dir string, _ iter.Seq[string]) error {
+	fd, err := retryEINTR(func() (int, error) {
+		return unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := ignoringEINTR(func() error { return unix.Syncfs(fd) }); err != nil {
+		return &fs.PathError{Op: "syncfs", Path: dir, Err: err}
+	}
+	return nil
 }
 
 func retryEINTR(f func() (int, error)) (int, error) {

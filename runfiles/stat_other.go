@@ -5,6 +5,7 @@ package runfiles
 import (
 	"context"
 	"io/fs"
+	"iter"
 	"os"
 	"syscall"
 
@@ -52,4 +53,25 @@ func writeNew(path string, b []byte) error {
 // at its last component.
 func openNoFollow(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+}
+
+// createTemp creates a new file in dir for reading and writing, mode 0600.
+func createTemp(dir, prefix string) (*os.File, error) { return os.CreateTemp(dir, prefix+"*") }
+
+// syncFilesystem makes the files durable, one fsync each.
+func syncFilesystem(_ string, files iter.Seq[string]) error {
+	for name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -408,7 +408,7 @@ func TestStorePutDetectsChangedSource(t *testing.T) {
 	fi, _ := os.Lstat(p)
 	key := statKeyOf(fi)
 	key.MtimeNS-- // what a closure computed before the file changed
-	_, err := s.put(context.Background(), p, key, 0o755, VerifyQuick)
+	_, _, err := s.put(context.Background(), p, key, 0o755, VerifyQuick)
 	if !errors.Is(err, ErrSourceChanged) {
 		t.Errorf("want ErrSourceChanged, got %v", err)
 	}

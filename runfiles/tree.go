@@ -166,25 +166,40 @@ func (s *Store) buildTree(ctx context.Context, dir string, manifest []render.Run
 			removeTree(tmp)
 		}
 	}()
-	// Sorted by path, so parents come before children.
+	// The directories first (sorted by path, so parents come before
+	// children), then everything in them, on all cores.
+	var others []render.Runfile
 	for _, e := range manifest {
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		p := filepath.Join(tmp, e.Path)
 		switch e.Type {
 		case render.RunfileDir:
-			err = os.Mkdir(p, 0o700)
-		case render.RunfileSymlink:
-			err = os.Symlink(e.Target, p)
-		case render.RunfileFile:
-			err = s.placeFile(p, e)
+			if err := os.Mkdir(filepath.Join(tmp, e.Path), 0o700); err != nil {
+				return false, fmt.Errorf("building tree: %w", err)
+			}
+		case render.RunfileSymlink, render.RunfileFile:
+			others = append(others, e)
 		default:
-			err = fmt.Errorf("%w: entry %s has type %q", ErrUnsupported, e.Path, e.Type)
+			return false, fmt.Errorf("%w: entry %s has type %q", ErrUnsupported, e.Path, e.Type)
+		}
+	}
+	err = parallel(ctx, len(others), func(_ context.Context, i int) error {
+		e := others[i]
+		p := filepath.Join(tmp, e.Path)
+		var err error
+		if e.Type == render.RunfileSymlink {
+			err = os.Symlink(e.Target, p)
+		} else {
+			err = s.placeFile(p, e)
 		}
 		if err != nil {
-			return false, fmt.Errorf("building tree: %w", err)
+			return fmt.Errorf("building tree: %w", err)
 		}
+		return nil
+	})
+	if err != nil {
+		return false, err
 	}
 	for i := len(manifest) - 1; i >= 0; i-- {
 		if e := manifest[i]; e.Type == render.RunfileDir {
