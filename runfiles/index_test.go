@@ -3,6 +3,7 @@ package runfiles
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,28 +24,54 @@ type indexedPackage struct {
 	opts     Options
 }
 
-// newIndexedPackages writes n package trees and waits once until all of
-// them are older than the racy window: only then can an assembly trust
+// agedPackages are package trees written for the tests of the index in
+// batches, each aged past the racy window at once: one wait per batch.
+var agedPackages struct {
+	dirs []string
+	pkgs []indexedPackage
+}
+
+// agedBatch is how many package trees a batch holds: what one run of the
+// index tests uses.
+const agedBatch = 12
+
+// newIndexedPackages returns n package trees of their own (no other test
+// gets them) older than the racy window: only then can an assembly trust
 // their digests from the index.
 func newIndexedPackages(t *testing.T, n int) []indexedPackage {
 	t.Helper()
-	var out []indexedPackage
-	for range n {
-		dir, err := filepath.EvalSymlinks(t.TempDir())
+	if len(agedPackages.pkgs) < n {
+		dir, err := os.MkdirTemp("", "runfiles-aged-")
 		if err != nil {
 			t.Fatal(err)
 		}
-		pkg := filepath.Join(dir, "hbx-pkg")
-		writePackage(t, pkg, map[string]any{"name": "hbx-pkg", "version": "1.0.0"})
-		writeFile(t, filepath.Join(pkg, "lib", "a.js"), "module.exports = 'a'\n", 0o644)
-		writeFile(t, filepath.Join(pkg, "lib", "b.js"), "module.exports = 'b'\n", 0o644)
-		writeFile(t, filepath.Join(pkg, "bin", "tool"), "#!/bin/sh\necho tool\n", 0o755)
-		symlink(t, "../lib/a.js", filepath.Join(pkg, "bin", "a.js"))
-		out = append(out, indexedPackage{dir: pkg, programs: []string{"/bin/sh"},
-			opts: Options{Packages: []string{pkg}, ContainerPaths: true}})
+		agedPackages.dirs = append(agedPackages.dirs, dir)
+		if dir, err = filepath.EvalSymlinks(dir); err != nil {
+			t.Fatal(err)
+		}
+		for i := range max(n, agedBatch) {
+			pkg := filepath.Join(dir, fmt.Sprint(i), "hbx-pkg")
+			writePackage(t, pkg, map[string]any{"name": "hbx-pkg", "version": "1.0.0"})
+			writeFile(t, filepath.Join(pkg, "lib", "a.js"), "module.exports = 'a'\n", 0o644)
+			writeFile(t, filepath.Join(pkg, "lib", "b.js"), "module.exports = 'b'\n", 0o644)
+			writeFile(t, filepath.Join(pkg, "bin", "tool"), "#!/bin/sh\necho tool\n", 0o755)
+			symlink(t, "../lib/a.js", filepath.Join(pkg, "bin", "a.js"))
+			agedPackages.pkgs = append(agedPackages.pkgs, indexedPackage{dir: pkg, programs: []string{"/bin/sh"},
+				opts: Options{Packages: []string{pkg}, ContainerPaths: true}})
+		}
+		time.Sleep(racyWindow + 100*time.Millisecond)
 	}
-	time.Sleep(racyWindow + 100*time.Millisecond)
+	out := agedPackages.pkgs[:n:n]
+	agedPackages.pkgs = agedPackages.pkgs[n:]
 	return out
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, dir := range agedPackages.dirs {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
 }
 
 // assembleIndexed assembles p twice and checks that the second assembly
