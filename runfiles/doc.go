@@ -113,10 +113,11 @@
 // (never hash-then-reopen); the temporary file is made read-only and given
 // the seal mtime. Once every file of the assembly is so staged, the store's
 // filesystem is synced (one syncfs, one journal commit for all of them,
-// where an fsync each cost half of a first assembly of 20,000 files), and
-// only then is each hard-linked to its digest name (link fails when the
-// name exists: an existing intact object is kept, a damaged one is
-// replaced by rename). The host file's stat is compared before and
+// where an fsync each cost half of a first assembly of 20,000 files; it
+// also waits for whatever else that filesystem has to write), and only
+// then is each hard-linked to its digest name (link fails when the name
+// exists: an existing intact object is kept, a damaged one is replaced by
+// rename). The host file's stat is compared before and
 // after the read with what the closure analysed; a difference starts the
 // assembly over (ErrSourceChanged after three attempts).
 //
