@@ -1,8 +1,9 @@
 // Command bench measures `hookbox run` of a trivial spawn against its peers
 // in one invocation: `ctr run --rm` and `runc run` of the same rootfs and
 // command. It prints a table of medians and ratios and hookbox's peak RSS,
-// and writes the table to bench/results.md. Run it as root with containerd
-// running: make bench.
+// then an exec storm and the assembly of large runfiles trees (the real
+// engines, trees.go), and writes the tables to bench/results.md. Run it as
+// root with containerd running: make bench.
 package main
 
 import (
@@ -184,6 +185,11 @@ spec:
 		return err
 	}
 	b.WriteString(storm)
+	large, err := largeTrees(hookbox)
+	if err != nil {
+		return err
+	}
+	b.WriteString(large)
 	fmt.Print(b.String())
 	return os.WriteFile(out, []byte(b.String()), 0o644)
 }

@@ -13,6 +13,8 @@
 package render
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strings"
 
@@ -36,7 +38,9 @@ const HostDir = "/hookbox/host"
 // render (argv, exec chains, runfiles) are container paths.
 func ContainerPath(hostPath string) string {
 	for _, d := range ShadowedDirs {
-		if hostPath == d || strings.HasPrefix(hostPath, d+"/") {
+		// d or below it; d+"/" would allocate, for every entry of a
+		// 20,000-file manifest.
+		if strings.HasPrefix(hostPath, d) && (len(hostPath) == len(d) || hostPath[len(d)] == '/') {
 			return HostDir + hostPath
 		}
 	}
@@ -402,12 +406,33 @@ func (r *Render) ExtraMountPoints(imageMountPoints []string) []string {
 	return out
 }
 
-// Canonical returns the canonical JSON bytes of r.
+// Canonical returns the canonical JSON bytes of r. The runfiles manifest,
+// most of a render with a large engine, is encoded directly
+// (CanonicalRunfiles) and inserted into the canonical JSON of the rest:
+// the same bytes as canonjson.Marshal(r).
 func (r *Render) Canonical() ([]byte, error) {
-	return canonjson.Marshal(r)
+	if len(r.Runfiles) == 0 {
+		return canonjson.Marshal(r)
+	}
+	rest := *r
+	rest.Runfiles = nil
+	head, err := canonjson.Marshal(&rest)
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := CanonicalRunfiles(r.Runfiles)
+	if err != nil {
+		return nil, err
+	}
+	return canonjson.InsertMember(head, "runfiles", manifest)
 }
 
 // Digest returns "sha256:<hex>" over the canonical bytes, and those bytes.
 func (r *Render) Digest() (string, []byte, error) {
-	return canonjson.Digest(r)
+	data, err := r.Canonical()
+	if err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:]), data, nil
 }

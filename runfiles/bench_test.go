@@ -210,3 +210,67 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// realEngines are the Node engines `make real-engines` installs: a
+// "#!/usr/bin/env node" script and its package, assembled as
+// AssembleRender does (the package with the packages it depends on). pi's
+// tree is the large one: about 20,000 files.
+var realEngines = []struct{ name, script, pkg string }{
+	{"pi", "/opt/engines/node_modules/@mariozechner/pi-coding-agent/dist/cli.js", "/opt/engines/node_modules/@mariozechner/pi-coding-agent"},
+	{"gemini", "/opt/engines/node_modules/@google/gemini-cli/bundle/gemini.js", "/opt/engines/node_modules/@google/gemini-cli"},
+}
+
+// BenchmarkAssembleEngine measures assembling the real pi and Gemini CLI
+// packages: cached (the store and its index from an earlier assembly: one
+// stat per host file and per tree entry) and first (a fresh store: read,
+// hash, copy and fsync every byte, build and verify the tree).
+//
+//	go test ./runfiles/ -run '^$' -bench AssembleEngine -benchtime 20x
+func BenchmarkAssembleEngine(b *testing.B) {
+	for _, eng := range realEngines {
+		b.Run(eng.name, func(b *testing.B) {
+			if _, err := os.Stat(eng.script); err != nil {
+				b.Skipf("no %s engine at %s (make real-engines)", eng.name, eng.script)
+			}
+			programs := []string{eng.script}
+			opts := Options{Packages: []string{eng.pkg}, ContainerPaths: true}
+			b.Run("cached", func(b *testing.B) {
+				s := openBenchStore(b)
+				defer removeTree(s.Root())
+				first, err := Assemble(context.Background(), s, programs, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var st Stats
+				m := startAssemblyMetrics()
+				for b.Loop() {
+					res, err := Assemble(context.Background(), s, programs, opts)
+					if err != nil {
+						b.Fatal(err)
+					}
+					st = res.Stats
+					m.iteration()
+				}
+				if !st.Indexed || st.FilesHashed != 0 || st.ObjectsRehashed != 0 || st.TreeBuilt {
+					b.Errorf("cached assembly did work: %+v", st)
+				}
+				m.report(b)
+				b.ReportMetric(float64(first.Stats.Files), "files")
+				b.ReportMetric(float64(first.Stats.BytesCopied)/1e6, "MB")
+			})
+			b.Run("first", func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					s := openBenchStore(b)
+					b.StartTimer()
+					if _, err := Assemble(context.Background(), s, programs, opts); err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					removeTree(s.Root())
+					b.StartTimer()
+				}
+			})
+		})
+	}
+}

@@ -109,7 +109,7 @@ const maxInterpDepth = 4
 // what is followed. File entries carry Path, Type and Mode only: Size and
 // SHA256 come from the read that stores them (Assemble), never from here.
 func Closure(programs []string, opts Options) ([]render.Runfile, error) {
-	p, err := closure(context.Background(), programs, opts)
+	p, err := closure(context.Background(), programs, opts, 0)
 	if err != nil {
 		return nil, fmt.Errorf("runfiles: %w", err)
 	}
@@ -119,8 +119,13 @@ func Closure(programs []string, opts Options) ([]render.Runfile, error) {
 // plan is a closure with the stat of every file as it was analysed, so
 // Assemble can tell whether it still stores the same file.
 type plan struct {
-	entries map[string]render.Runfile
-	keys    map[string]statKey // regular files
+	// entries holds each entry with, for a regular file, its stat key:
+	// one map, looked up once per file.
+	entries map[string]planEntry
+	// order is every path of entries, in the order they were recorded:
+	// walks record them nearly sorted, which list sorts faster than the
+	// map's order.
+	order []string
 	// sources maps a placed file's tree path to the host file read for it
 	// (every other file is read at its own path).
 	sources map[string]string
@@ -134,13 +139,29 @@ func (p *plan) source(path string) string {
 	return path
 }
 
+// planEntry is an entry of a plan: a file's has its stat key.
+type planEntry struct {
+	render.Runfile
+	key statKey
+}
+
 func (p *plan) list() []render.Runfile {
-	out := make([]render.Runfile, 0, len(p.entries))
-	for _, e := range p.entries {
-		out = append(out, e)
+	paths := slices.Clone(p.order)
+	slices.Sort(paths) // strings, not whole entries: a third of the time
+	out := make([]render.Runfile, len(paths))
+	for i, path := range paths {
+		out[i] = p.entries[path].Runfile
 	}
-	slices.SortFunc(out, func(a, b render.Runfile) int { return strings.Compare(a.Path, b.Path) })
 	return out
+}
+
+// key is the stat key of the file entry at path.
+func (p *plan) key(path string) statKey { return p.entries[path].key }
+
+// add records a new entry.
+func (p *plan) add(e planEntry) {
+	p.entries[e.Path] = e
+	p.order = append(p.order, e.Path)
 }
 
 // statKey identifies a file's content by what stat says about it.
@@ -174,9 +195,15 @@ type closer struct {
 	needCache bool
 }
 
-func closure(ctx context.Context, programs []string, opts Options) (*plan, error) {
+// closure computes the closure of programs; sizeHint, the number of
+// entries expected (the last assembly's), sizes its maps up front.
+func closure(ctx context.Context, programs []string, opts Options, sizeHint int) (*plan, error) {
 	c := newCloser(opts)
 	c.ctx = ctx
+	if sizeHint > 0 {
+		c.plan.entries = make(map[string]planEntry, sizeHint)
+		c.plan.order = make([]string, 0, sizeHint)
+	}
 	return c.run(programs)
 }
 
@@ -184,7 +211,7 @@ func newCloser(opts Options) *closer {
 	return &closer{
 		ctx:      context.Background(),
 		opts:     opts,
-		plan:     &plan{entries: make(map[string]render.Runfile), keys: make(map[string]statKey), sources: make(map[string]string)},
+		plan:     &plan{entries: make(map[string]planEntry), sources: make(map[string]string)},
 		elfInfos: make(map[string]*elfInfo),
 		programs: make(map[string]bool),
 		packages: make(map[string]bool),
@@ -255,10 +282,9 @@ func (c *closer) addPlaced(at, src string) error {
 	if err := c.addExtraDir(filepath.Dir(at)); err != nil {
 		return err
 	}
-	if err := c.record(render.Runfile{Path: at, Type: render.RunfileFile, Mode: uint32(fi.Mode().Perm())}); err != nil {
+	if err := c.recordKey(at, fi.Mode(), statKeyOf(fi)); err != nil {
 		return err
 	}
-	c.plan.keys[at] = statKeyOf(fi)
 	c.plan.sources[at] = real
 	return nil
 }
@@ -283,13 +309,13 @@ func RequireStatic(path string) error {
 // record adds e, or checks that an existing entry for its path is the same.
 func (c *closer) record(e render.Runfile) error {
 	if old, ok := c.plan.entries[e.Path]; ok {
-		if old != e {
+		if old.Runfile != e {
 			return fmt.Errorf("%w: %s is needed as %s %o %q and as %s %o %q (did the host change?)",
 				ErrConflict, e.Path, old.Type, old.Mode, old.Target, e.Type, e.Mode, e.Target)
 		}
 		return nil
 	}
-	c.plan.entries[e.Path] = e
+	c.plan.add(planEntry{Runfile: e})
 	return nil
 }
 
@@ -420,14 +446,21 @@ func (c *closer) addFileAt(p string) (string, error) {
 }
 
 func (c *closer) recordFile(real string, fi fs.FileInfo) error {
-	if err := c.record(render.Runfile{Path: real, Type: render.RunfileFile, Mode: uint32(fi.Mode().Perm())}); err != nil {
-		return err
-	}
-	key := statKeyOf(fi)
-	if old, ok := c.plan.keys[real]; ok && old != key {
+	return c.recordKey(real, fi.Mode(), statKeyOf(fi))
+}
+
+// recordKey records the regular file real, of mode and stat key key.
+func (c *closer) recordKey(real string, mode fs.FileMode, key statKey) error {
+	e := render.Runfile{Path: real, Type: render.RunfileFile, Mode: uint32(mode.Perm())}
+	old, ok := c.plan.entries[real]
+	switch {
+	case !ok:
+		c.plan.add(planEntry{Runfile: e, key: key})
+	case old.Runfile != e:
+		return c.record(e) // the conflict
+	case old.key != key:
 		return fmt.Errorf("%w: %s changed while its closure was computed", ErrSourceChanged, real)
 	}
-	c.plan.keys[real] = key
 	return nil
 }
 
@@ -741,6 +774,7 @@ func (c *closer) addPackage(pkg string) error {
 	if err != nil {
 		return err
 	}
+	var trees []takenTree
 	for _, d := range dirs {
 		real, fi, err := walkPath(d, c.visit)
 		if err != nil {
@@ -756,65 +790,125 @@ func (c *closer) addPackage(pkg string) error {
 			continue // reached at another path too: its links are recorded, its tree is
 		}
 		c.packages[real] = true
-		if err := c.addTree(real, fi, filepath.Join(real, nodeModules)); err != nil {
-			return err
-		}
+		trees = append(trees, takenTree{root: real, fi: fi, skip: filepath.Join(real, nodeModules)})
 	}
-	return nil
+	return c.addTrees(trees)
 }
 
 // addTree adds the directory root (a physical path) and everything below
 // it except the entry at skip (none when empty). Symlinks must resolve
 // inside root.
 func (c *closer) addTree(root string, fi fs.FileInfo, skip string) error {
-	if err := c.visit(root, fi, ""); err != nil {
-		return err
+	return c.addTrees([]takenTree{{root: root, fi: fi, skip: skip}})
+}
+
+// takenTree is a directory addTree takes whole, but for skip.
+type takenTree struct {
+	root string
+	fi   fs.FileInfo
+	skip string
+}
+
+// addTrees adds each tree as addTree does. The trees are walked in
+// parallel (a walk is a stat per entry: most of the time of a large
+// package closure) and what each walk found is recorded in order, each
+// tree as soon as its walk is done, so the result, and the first error,
+// are those of one walk after the other.
+func (c *closer) addTrees(trees []takenTree) error {
+	type walked struct {
+		entries []walkedEntry
+		err     error
+		done    chan struct{}
 	}
+	found := make([]walked, len(trees))
+	for i := range found {
+		found[i].done = make(chan struct{})
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	walks := make(chan error, 1)
+	go func() {
+		walks <- parallel(ctx, len(trees), func(ctx context.Context, i int) error {
+			defer close(found[i].done)
+			t := trees[i]
+			found[i].err = walkTree(t.root, t.skip, func(p string, e walkEntry) error {
+				found[i].entries = append(found[i].entries, walkedEntry{p, e})
+				return ctx.Err()
+			})
+			return nil
+		})
+	}()
+	defer func() { cancel(); <-walks }()
 	hostClass, hostMach := hostMachine()
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("directory %s: %w", root, err)
+	for i, t := range trees {
+		select {
+		case <-found[i].done:
+		case <-ctx.Done(): // c.ctx: trees not walked yet are skipped
+			return c.ctx.Err()
 		}
-		if p == root {
-			return nil
-		}
-		if p == skip {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if err := c.ctx.Err(); err != nil {
+		if err := c.visit(t.root, t.fi, ""); err != nil {
 			return err
 		}
-		fi, err := d.Info()
-		if err != nil {
-			return fmt.Errorf("directory %s: %w", root, err)
+		for _, w := range found[i].entries {
+			if err := c.addTreeEntry(t.root, w.path, w.entry, hostClass, hostMach); err != nil {
+				return err
+			}
 		}
-		switch {
-		case fi.IsDir():
-			return c.visit(p, fi, "")
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if err := checkInside(p, target, root); err != nil {
-				return err
-			}
-			return c.visit(p, fi, target)
-		case fi.Mode().IsRegular():
-			if err := c.recordFile(p, fi); err != nil {
-				return err
-			}
-			if c.opts.TreeELF {
-				return c.treeELF(p, hostClass, hostMach)
-			}
-			return nil
-		default:
-			return fmt.Errorf("%w: %s in directory %s is a %s", ErrUnsupported, p, root, fi.Mode().Type())
+		if found[i].err != nil {
+			return found[i].err
 		}
-	})
+	}
+	return nil
+}
+
+type walkedEntry struct {
+	path  string
+	entry walkEntry
+}
+
+// addTreeEntry records the entry at p found walking the tree root.
+func (c *closer) addTreeEntry(root, p string, e walkEntry, hostClass elf.Class, hostMach elf.Machine) error {
+	switch {
+	case e.mode.IsDir():
+		return c.record(render.Runfile{Path: p, Type: render.RunfileDir, Mode: uint32(e.mode.Perm())})
+	case e.mode&fs.ModeSymlink != 0:
+		if err := checkInside(p, e.target, root); err != nil {
+			return err
+		}
+		return c.record(render.Runfile{Path: p, Type: render.RunfileSymlink, Mode: uint32(e.mode.Perm()), Target: e.target})
+	case e.mode.IsRegular():
+		if err := c.recordKey(p, e.mode, e.key); err != nil {
+			return err
+		}
+		if c.opts.TreeELF {
+			return c.treeELF(p, hostClass, hostMach)
+		}
+		return nil
+	default:
+		return fmt.Errorf("%w: %s in directory %s is a %s", ErrUnsupported, p, root, e.mode.Type())
+	}
+}
+
+// walkEntry is what walkTree tells of an entry: its lstat's mode (as
+// fs.FileMode and as st_mode) and stat key, and a symlink's link text.
+type walkEntry struct {
+	mode   fs.FileMode
+	stMode uint32
+	key    statKey
+	target string
+}
+
+// seal is the entry's lstat as the seal of a tree entry (zero where stat
+// keys have no inode).
+func (e walkEntry) seal() treeSeal {
+	if e.key.Ino == 0 {
+		return treeSeal{}
+	}
+	return treeSeal{Dev: e.key.Dev, Ino: e.key.Ino, Mode: e.stMode, Size: e.key.Size, MtimeNS: e.key.MtimeNS, CtimeNS: e.key.CtimeNS}
+}
+
+// objectSeal is the entry's lstat as the seal of a store object.
+func (e walkEntry) objectSeal() objectSeal {
+	return objectSeal{Dev: e.key.Dev, Ino: e.key.Ino, Size: e.key.Size, Mode: e.mode, MtimeNS: e.key.MtimeNS, CtimeNS: e.key.CtimeNS}
 }
 
 // checkInside reports an error unless the symlink link (inside root, with
@@ -884,7 +978,7 @@ func (c *closer) addExtraDir(d string) error {
 			}
 			continue
 		}
-		c.plan.entries[cur] = render.Runfile{Path: cur, Type: render.RunfileDir, Mode: 0o755}
+		c.plan.add(planEntry{Runfile: render.Runfile{Path: cur, Type: render.RunfileDir, Mode: 0o755}})
 	}
 	return nil
 }

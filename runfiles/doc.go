@@ -99,6 +99,8 @@
 //	runfiles/stat/<key>          stat cache: host file identity → digest,
 //	                             and the seal of the object holding it
 //	runfiles/trees/<hex>/        assembled trees, <hex> = manifest digest
+//	runfiles/index/<hex>         assembly index: the last assembly of the
+//	                             same inputs (<hex> = sha256 of them)
 //	runfiles/tmp/                objects and trees being written
 //
 // <hex> is the lowercase hex sha256 of the content (of the canonical
@@ -108,15 +110,21 @@
 //
 // A store object is written once: the host file is read once, and every
 // byte read goes both into sha256 and into a temporary file in the store
-// (never hash-then-reopen); the temporary file is made read-only, given the
-// seal mtime, fsynced, and only then hard-linked to its digest name (link
-// fails when the name exists: an existing intact object is kept, a damaged
-// one is replaced by rename). The host file's stat is compared before and
+// (never hash-then-reopen); the temporary file is made read-only and given
+// the seal mtime. Once every file of the assembly is so staged, the store's
+// filesystem is synced (one syncfs, one journal commit for all of them,
+// where an fsync each cost half of a first assembly of 20,000 files; it
+// also waits for whatever else that filesystem has to write), and only
+// then is each hard-linked to its digest name (link fails when the name
+// exists: an existing intact object is kept, a damaged one is replaced by
+// rename). The host file's stat is compared before and
 // after the read with what the closure analysed; a difference starts the
 // assembly over (ErrSourceChanged after three attempts).
 //
 // The stat cache maps (device, inode, size, mtime ns, ctime ns) of a host
-// file to its digest and size, one small file per key, written by rename.
+// file to its digest and size, one small file per key: created in place
+// when new, replaced by rename, each written at most once per assembly
+// (at its end, with the seal its object has then).
 // A changed file changes its ctime, so it misses and is read again. An entry
 // recorded less than two seconds after the file's ctime is not trusted
 // (a same-size write within the same timestamp tick could hide), so freshly
@@ -135,9 +143,10 @@
 // A seal is taken when the object is stored (from the stat of the file
 // that was written, once its temporary name is gone: a rename or unlink
 // changes the ctime too), after a re-hash that finds the object intact,
-// and after Assemble builds a tree: each hard link into the new tree
-// changes its object's ctime, so every object still the inode that was
-// checked, with nothing but its ctime moved forward, is sealed again.
+// and when the verification of a tree finds its files: each hard link
+// into a new tree changes its object's ctime, so every object still the
+// inode that was checked, with nothing but its ctime moved forward, is
+// sealed again.
 // Without that, every new tree would cost a re-hash of all its objects on
 // the next run. Other changes of the ctime are not the store's: a tree
 // removed by hand or by a collector, or objects shared by host files of
@@ -154,11 +163,12 @@
 // # Verification
 //
 // Every Assemble checks every store object it uses before building or
-// reusing a tree. VerifyQuick (the default) checks type, size, mode and the
-// seal mtime, then compares the object's stat with its seal (one lstat per
-// file, the seal coming with the stat-cache entry already read); an object
-// whose seal differs is re-hashed (Stats.ObjectsRehashed) and sealed again
-// if intact. VerifyFull re-hashes every object (hookbox run
+// reusing a tree (through its tree's seals when nothing changed: Index).
+// VerifyQuick (the default) checks type, size, mode and the seal mtime,
+// then compares the object's stat with its seal (one lstat per file, the
+// seal coming with the stat-cache entry already read); an object whose
+// seal differs is re-hashed (Stats.ObjectsRehashed) and sealed again if
+// intact. VerifyFull re-hashes every object (hookbox run
 // --verify-runfiles). A missing or damaged object is replaced from the
 // host file, read and hashed again as when first stored (Result.Repairs
 // names each with what was wrong with it). An existing tree is reused only
@@ -166,6 +176,42 @@
 // modes and link texts, and each file is the very inode of its store object
 // (or, for the rare copied file, has the right content); otherwise it is
 // moved aside and rebuilt.
+//
+// # Index
+//
+// An assembly of a large package tree is mostly stats, and the checks
+// above cost several per file: the closure's, a stat-cache read, the
+// object's and the tree walk's. When nothing changed since the last
+// assembly of the same inputs (programs and Options but Verify and
+// Progress), the assembly index brings that down to one stat of each host
+// file (the closure's walk, which must see every change anyway) and one
+// of each tree entry, run on both cores at once. The index is written by
+// every assembly that goes through the checks of Verification (VerifyFull
+// included) and records:
+//
+//   - each host file of the closure with its stat key, when its content
+//     was read, and its digest: what its stat-cache entry says;
+//   - the manifest digest, naming the tree;
+//   - the seal of every tree entry, and of the tree's root, as the
+//     verification of the tree saw it (a file's seal is its store
+//     object's: the tree file is a hard link to it).
+//
+// Assemble uses it only when every host file of the new closure has
+// exactly the recorded stat key, read at least two seconds after its
+// ctime (the stat cache's rule), the manifest they give has the recorded
+// digest, and every tree entry still has its seal. A directory's seal
+// covers its entries (adding, removing or renaming one moves its mtime
+// and ctime), a symlink's its text (which cannot change in place), a
+// file's its content and its object's. A file whose seal moved is still
+// accepted when its inode is the one its stat-cache entry sealed (another
+// tree linked the object since); anything else (a host file changed,
+// added or removed, a file within the racy window, a tree entry edited,
+// added, removed or replaced, VerifyFull) goes through the stat cache,
+// the objects' checks and the tree walk above, which repair what they
+// find and write the index again. The index says nothing the stat cache
+// and the seals do not: whoever can forge those can forge it, and
+// VerifyFull holds against both. A damaged or truncated index (it carries
+// a CRC-32C) is ignored.
 //
 // # Trees and concurrency
 //

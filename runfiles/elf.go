@@ -125,20 +125,29 @@ func readELF(r io.ReaderAt) (*elfInfo, error) {
 	if !hasStrtab || strsz == 0 || strsz > maxDynStrLen {
 		return nil, fmt.Errorf("dynamic section without a usable string table")
 	}
-	strs, err := readVaddr(f, strtab, strsz)
+	seg, base, err := segmentAt(f, strtab, strsz)
 	if err != nil {
 		return nil, fmt.Errorf("reading DT_STRTAB: %w", err)
 	}
+	// Only the strings named are read: a large program's table (node's
+	// is megabytes of exported symbols) is not read whole on every run.
 	str := func(off uint64) (string, error) {
-		if off >= uint64(len(strs)) {
-			return "", fmt.Errorf("dynamic string offset %d beyond DT_STRSZ %d", off, len(strs))
+		if off >= strsz {
+			return "", fmt.Errorf("dynamic string offset %d beyond DT_STRSZ %d", off, strsz)
 		}
-		s := strs[off:]
-		i := bytes.IndexByte(s, 0)
-		if i < 0 {
-			return "", fmt.Errorf("dynamic string at %d is not terminated", off)
+		var s []byte
+		for pos := off; pos < strsz; {
+			chunk := make([]byte, min(256, strsz-pos))
+			if _, err := seg.ReadAt(chunk, int64(base+pos)); err != nil {
+				return "", fmt.Errorf("reading DT_STRTAB: %w", err)
+			}
+			if i := bytes.IndexByte(chunk, 0); i >= 0 {
+				return string(append(s, chunk[:i]...)), nil
+			}
+			s = append(s, chunk...)
+			pos += uint64(len(chunk))
 		}
-		return string(s[:i]), nil
+		return "", fmt.Errorf("dynamic string at %d is not terminated", off)
 	}
 	for _, n := range needed {
 		s, err := str(n)
@@ -165,24 +174,20 @@ func readELF(r io.ReaderAt) (*elfInfo, error) {
 	return info, nil
 }
 
-// readVaddr reads size bytes at virtual address addr from the PT_LOAD
-// segment that maps it.
-func readVaddr(f *elf.File, addr, size uint64) ([]byte, error) {
+// segmentAt returns the PT_LOAD segment that maps size bytes at virtual
+// address addr, and their offset in it.
+func segmentAt(f *elf.File, addr, size uint64) (*elf.Prog, uint64, error) {
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr-p.Vaddr >= p.Filesz {
 			continue
 		}
 		off := addr - p.Vaddr
 		if size > p.Filesz-off {
-			return nil, fmt.Errorf("%d bytes at %#x run past their segment", size, addr)
+			return nil, 0, fmt.Errorf("%d bytes at %#x run past their segment", size, addr)
 		}
-		b := make([]byte, size)
-		if _, err := p.ReadAt(b, int64(off)); err != nil {
-			return nil, err
-		}
-		return b, nil
+		return p, off, nil
 	}
-	return nil, fmt.Errorf("address %#x is not in a PT_LOAD segment", addr)
+	return nil, 0, fmt.Errorf("address %#x is not in a PT_LOAD segment", addr)
 }
 
 // elfHeaderMatches reports whether the file at r is an ELF object of the

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -82,5 +83,31 @@ func FuzzReadELF(f *testing.F) {
 			}
 		}
 		elfHeaderMatches(bytes.NewReader(b), elf.ELFCLASS64, elf.EM_X86_64)
+	})
+}
+
+// FuzzDecodeIndex: an assembly index is read from the store, which its
+// owner (or a crash) may have left in any state: decoding must never
+// panic, and what decodes must survive encoding and decoding again.
+func FuzzDecodeIndex(f *testing.F) {
+	idx := &assemblyIndex{
+		digest: strings.Repeat("cd", 32),
+		root:   treeSeal{Dev: 1, Ino: 2, Mode: 0o40555},
+		plan: []plannedEntry{{path: "/a", typ: 1, mode: 0o755}, {path: "/a/b", key: statKey{Ino: 5, Size: 9}, readNS: 7, sha: strings.Repeat("0", 64)},
+			{path: "/a/c", typ: 2, mode: 0o777, target: "b"}},
+		seals: []treeSeal{{Ino: 3}, {Ino: 4, Size: 9}, {}},
+	}
+	f.Add(idx.encode())
+	f.Add([]byte(indexMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeIndex(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeIndex(got.encode())
+		if err != nil || again.digest != got.digest || again.root != got.root ||
+			!slices.Equal(again.plan, got.plan) || !slices.Equal(again.seals, got.seals) {
+			t.Fatalf("decoded %+v, re-encoded and decoded %+v (%v)", got, again, err)
+		}
 	})
 }

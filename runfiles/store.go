@@ -10,11 +10,12 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -73,7 +74,7 @@ func OpenStore(root string) (*Store, error) {
 	if err := os.MkdirAll(s.root, 0o755); err != nil {
 		return nil, fmt.Errorf("runfiles: opening store: %w", err)
 	}
-	dirs := []string{filepath.Join(s.root, "runfiles"), s.statDir(), s.treesDir(), s.tmpDir()}
+	dirs := []string{filepath.Join(s.root, "runfiles"), s.statDir(), s.treesDir(), s.indexDir(), s.tmpDir()}
 	for _, mode := range objectModes {
 		dirs = append(dirs, s.objectsDir(mode))
 	}
@@ -194,14 +195,21 @@ func (s *Store) lookupStat(key statKey) (r statRecord, found, trusted bool) {
 	return r, true, key.CtimeNS <= r.ReadNS-int64(racyWindow)
 }
 
-// recordStat writes a stat-cache entry (temporary file, then rename; not
-// fsynced: an entry lost in a crash only costs a read).
+// recordStat writes a stat-cache entry: a new one in place (one write of
+// a few hundred bytes: a reader sees all of it or an empty or cut file,
+// which does not parse, as does one a crash left: a miss), one replacing
+// another through a temporary file and a rename. Not fsynced: an entry
+// lost in a crash only costs a read.
 func (s *Store) recordStat(key statKey, r statRecord) error {
 	if !key.usable() {
 		return nil
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.statDir(), key.String())
+	if err := writeNew(path, b); !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	f, err := os.CreateTemp(s.tmpDir(), "stat-*")
@@ -213,7 +221,7 @@ func (s *Store) recordStat(key statKey, r statRecord) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(s.statDir(), key.String()))
+		err = os.Rename(f.Name(), path)
 	}
 	if err != nil {
 		os.Remove(f.Name())
@@ -319,7 +327,7 @@ func checkObject(o storeObject, seal objectSeal, full bool) (objectCheck, error)
 	}
 	// Hash the inode that is open, and judge (and seal) its stat from
 	// before the read: a write during the read moves the ctime past it.
-	f, err := os.OpenFile(o.path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openNoFollow(o.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return objectCheck{state: objectMissing}, nil
 	}
@@ -379,7 +387,8 @@ type stored struct {
 	sha      string
 	size     int64
 	object   fs.FileInfo // lstat of the object used: its seal
-	record   statRecord  // the stat-cache entry written for the host file
+	record   statRecord  // the stat-cache entry for the host file
+	dirty    bool        // record differs from what the stat cache holds
 	hashed   bool        // the host file was read
 	copied   int64       // bytes that became a new object
 	reused   int64       // bytes served by an object already present
@@ -388,8 +397,12 @@ type stored struct {
 }
 
 // put makes sure the store holds the host file path, whose stat must
-// still be key (what the closure analysed), and returns its digest.
-func (s *Store) put(ctx context.Context, path string, key statKey, hostMode uint32, verify Verify) (stored, error) {
+// still be key (what the closure analysed), and returns its digest and
+// the stat-cache entry to record for it (when dirty: statWrites). A file
+// whose object must be written comes back staged instead: read into a
+// temporary file, waiting for the store to be synced (syncStaged) and for
+// its name (commit).
+func (s *Store) put(ctx context.Context, path string, key statKey, hostMode uint32, verify Verify) (stored, *staged, error) {
 	full := verify == VerifyFull
 	r, found, trusted := s.lookupStat(key)
 	var repair *Repair
@@ -398,136 +411,215 @@ func (s *Store) put(ctx context.Context, path string, key statKey, hostMode uint
 		o := s.object(r.SHA256, r.Size, hostMode)
 		c, err := checkObject(o, r.Object, full)
 		if err != nil {
-			return stored{}, err
+			return stored{}, nil, err
 		}
 		rehashed = c.rehashed
 		if c.state == objectOK {
 			st := stored{sha: r.SHA256, size: r.Size, object: c.fi, record: r, reused: r.Size, rehashed: rehashed}
-			return st, s.reseal(key, &st.record, c.fi)
+			st.dirty = st.record.seal(c.fi)
+			return st, nil, nil
 		}
 		if c.state == objectDamaged {
 			repair = &Repair{Path: path, Object: o.path, Reason: c.why}
 		}
 		found = false // its seal is of the damaged object
 	}
-	var hint objectSeal
+	stg, err := s.stage(ctx, path, key, hostMode)
+	if err != nil {
+		return stored{}, nil, err
+	}
 	if found {
-		hint = r.Object
+		stg.hint = r.Object
 	}
-	st, err := s.ingest(ctx, path, key, hostMode, hint, full)
-	st.rehashed = st.rehashed || rehashed
-	if repair != nil && st.repair != nil { // replaced: say what the first look found
-		st.repair = repair
-	}
-	return st, err
+	stg.full, stg.repair, stg.rehashed = full, repair, rehashed
+	return stored{}, stg, nil
 }
 
-// reseal records fi, the stat of an intact object, as its seal in r, the
-// stat-cache entry for key, unless it is the seal already there.
-func (s *Store) reseal(key statKey, r *statRecord, fi fs.FileInfo) error {
-	seal := sealOf(fi)
+// seal sets fi, the stat of an intact object, as the seal of r, and
+// reports whether that changed r.
+func (r *statRecord) seal(fi fs.FileInfo) bool { return r.setSeal(sealOf(fi)) }
+
+func (r *statRecord) setSeal(seal objectSeal) bool {
 	if r.Object == seal {
-		return nil
+		return false
 	}
 	r.Object = seal
-	if err := s.recordStat(key, *r); err != nil {
-		return fmt.Errorf("sealing store object %s: %w", r.SHA256, err)
-	}
-	return nil
+	return true
 }
 
-// ingest reads the host file once, sending every byte both into sha256 and
-// into a temporary file in the store, and links that file to its digest
-// name. What is stored is exactly what was hashed. seal is what the stat
-// cache knows of an existing object's seal (zero: nothing).
-func (s *Store) ingest(ctx context.Context, path string, key statKey, hostMode uint32, seal objectSeal, full bool) (stored, error) {
-	mode := objectMode(hostMode)
-	src, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+// statWrites are the stat-cache entries an assembly changes. They are
+// written once, at its end (writeStats), with the seal each object has
+// by then: a new tree's links move every object's ctime, and writing each
+// entry when its file is stored and again when it is sealed after the
+// links was a third of the system time of a first assembly.
+type statWrites struct {
+	mu sync.Mutex
+	m  map[statKey]statRecord
+}
+
+func (w *statWrites) set(key statKey, r statRecord) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = make(map[statKey]statRecord)
+	}
+	w.m[key] = r
+}
+
+// writeStats writes the entries of w.
+func (s *Store) writeStats(ctx context.Context, w *statWrites) error {
+	keys := slices.Collect(maps.Keys(w.m))
+	return parallel(ctx, len(keys), func(_ context.Context, i int) error {
+		r := w.m[keys[i]]
+		if err := s.recordStat(keys[i], r); err != nil {
+			return fmt.Errorf("recording the digest of %s in the stat cache: %w", r.SHA256, err)
+		}
+		return nil
+	})
+}
+
+// staged is a host file read once into a temporary file of the store,
+// every byte read going both into sha256 and into the file, which has its
+// object's mode and the seal mtime: an object waiting for its name.
+type staged struct {
+	path     string // the host file
+	tmp      string // the temporary file, until commit removes the name
+	tmpStat  fs.FileInfo
+	hostMode uint32
+	sha      string
+	size     int64
+	readNS   int64
+	hint     objectSeal // what the stat cache knew of an existing object's seal
+	full     bool       // VerifyFull: an existing object is re-hashed
+	repair   *Repair    // what put's first look found wrong with the object
+	rehashed bool       // put's first look read the object
+}
+
+// stage reads the host file path (whose stat must still be key) into a
+// temporary file of the store. What is stored is exactly what was hashed.
+// The file is not synced: syncStaged syncs every staged file at once, a
+// single journal commit instead of one per file (which was half of the
+// time of a first assembly of 20,000 files).
+func (s *Store) stage(ctx context.Context, path string, key statKey, hostMode uint32) (*staged, error) {
+	src, err := openNoFollow(path)
 	if err != nil {
-		return stored{}, err
+		return nil, err
 	}
 	defer src.Close()
 	fi, err := src.Stat()
 	if err != nil {
-		return stored{}, err
+		return nil, err
 	}
 	if statKeyOf(fi) != key {
-		return stored{}, fmt.Errorf("%w: %s", ErrSourceChanged, path)
+		return nil, fmt.Errorf("%w: %s", ErrSourceChanged, path)
 	}
 	readStart := time.Now()
-	tmp, err := os.CreateTemp(s.tmpDir(), "obj-*")
+	tmp, err := createTemp(s.tmpDir(), "obj-")
 	if err != nil {
-		return stored{}, err
+		return nil, err
 	}
-	// Kept open until the object has its name: its seal is the stat of
-	// this very inode once no temporary name is left.
-	defer tmp.Close()
-	tmpName := tmp.Name()
-	defer os.Remove(tmpName) // after a successful link or rename it is gone or a second name
 	h := sha256.New()
 	n, err := copyHashed(ctx, tmp, src, h)
 	if err == nil {
-		err = tmp.Chmod(mode)
+		err = tmp.Chmod(objectMode(hostMode))
 	}
 	if err == nil {
-		err = os.Chtimes(tmpName, sealTime, sealTime)
+		err = os.Chtimes(tmp.Name(), sealTime, sealTime)
+	}
+	var tmpStat fs.FileInfo
+	if err == nil {
+		tmpStat, err = tmp.Stat()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
 	if err == nil {
-		err = tmp.Sync() // data, mode and seal mtime are durable before the object has its name
+		if after, serr := src.Stat(); serr != nil || statKeyOf(after) != key || n != key.Size {
+			err = fmt.Errorf("%w: %s changed while it was read", ErrSourceChanged, path)
+		}
 	}
 	if err != nil {
-		return stored{}, fmt.Errorf("storing %s: %w", path, err)
+		os.Remove(tmp.Name())
+		if errors.Is(err, ErrSourceChanged) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("storing %s: %w", path, err)
 	}
-	if after, err := src.Stat(); err != nil || statKeyOf(after) != key || n != key.Size {
-		return stored{}, fmt.Errorf("%w: %s changed while it was read", ErrSourceChanged, path)
+	return &staged{path: path, tmp: tmp.Name(), tmpStat: tmpStat, hostMode: hostMode, sha: hex.EncodeToString(h.Sum(nil)),
+		size: n, readNS: readStart.UnixNano()}, nil
+}
+
+// syncStaged makes the staged files durable (their data, mode and seal
+// mtime) before any of them has its object's name.
+func (s *Store) syncStaged(files []*staged) error {
+	if err := syncFilesystem(s.tmpDir(), func(yield func(string) bool) {
+		for _, f := range files {
+			if !yield(f.tmp) {
+				return
+			}
+		}
+	}); err != nil {
+		return fmt.Errorf("syncing the objects stored: %w", err)
 	}
-	sha := hex.EncodeToString(h.Sum(nil))
-	o := s.object(sha, n, hostMode)
-	st := stored{sha: sha, size: n, hashed: true, record: statRecord{SHA256: sha, Size: n, ReadNS: readStart.UnixNano()}}
+	return nil
+}
+
+// commit gives the staged file st its object's name (linked; when an
+// object of that name exists, it is checked and kept if intact, replaced
+// if damaged) and removes its temporary name.
+func (s *Store) commit(st *staged) (stored, error) {
+	tmpGone := false
+	defer func() {
+		if !tmpGone {
+			os.Remove(st.tmp)
+		}
+	}()
+	o := s.object(st.sha, st.size, st.hostMode)
+	res := stored{sha: st.sha, size: st.size, hashed: true, rehashed: st.rehashed, dirty: true,
+		record: statRecord{SHA256: st.sha, Size: st.size, ReadNS: st.readNS}}
 	placed := false
-	switch err := os.Link(tmpName, o.path); {
+	switch err := os.Link(st.tmp, o.path); {
 	case err == nil:
-		st.copied, placed = n, true
-		os.Remove(tmpName) // before sealing: an unlink changes the ctime
+		res.copied, placed = st.size, true
+		os.Remove(st.tmp) // before sealing: an unlink changes the ctime
+		tmpGone = true
 	case errors.Is(err, fs.ErrExist):
-		c, err := checkObject(o, seal, full)
+		c, err := checkObject(o, st.hint, st.full)
 		if err != nil {
 			return stored{}, err
 		}
-		st.rehashed = c.rehashed
+		res.rehashed = res.rehashed || c.rehashed
 		if c.state == objectOK {
-			st.reused, st.object = n, c.fi
+			res.reused, res.object = st.size, c.fi
 			break
 		}
 		// Damaged: replace it atomically with what was just verified.
-		if err := os.Rename(tmpName, o.path); err != nil {
+		if err := os.Rename(st.tmp, o.path); err != nil {
 			return stored{}, err
 		}
-		st.copied, placed = n, true
+		tmpGone = true
+		res.copied, placed = st.size, true
 		if c.state == objectDamaged {
-			st.repair = &Repair{Path: path, Object: o.path, Reason: c.why}
+			res.repair = &Repair{Path: st.path, Object: o.path, Reason: c.why}
+			if st.repair != nil { // say what the first look found
+				res.repair = st.repair
+			}
 		}
 	default:
-		return stored{}, fmt.Errorf("storing %s: %w", path, err)
+		return stored{}, fmt.Errorf("storing %s: %w", st.path, err)
 	}
 	if placed {
-		mine, err := tmp.Stat()
-		if err != nil {
+		var err error
+		if res.object, err = os.Lstat(o.path); err != nil {
 			return stored{}, err
 		}
-		if st.object, err = os.Lstat(o.path); err != nil {
-			return stored{}, err
-		}
-		if os.SameFile(mine, st.object) {
-			st.record.Object = sealOf(mine)
+		if os.SameFile(st.tmpStat, res.object) {
+			res.record.Object = sealOf(res.object)
 		} // else another assembler replaced it since: the next check hashes it
 	} else {
-		st.record.Object = sealOf(st.object)
+		res.record.Object = sealOf(res.object)
 	}
-	if err := s.recordStat(key, st.record); err != nil {
-		return stored{}, fmt.Errorf("recording %s: %w", path, err)
-	}
-	return st, nil
+	return res, nil
 }
 
 // copyHashed copies src to dst through h: each buffer read is hashed and

@@ -95,15 +95,19 @@ func checkTree(t *testing.T, res *Result) {
 		}
 		switch e.Type {
 		case render.RunfileFile:
-			host, err := os.Lstat(rel)
+			hostPath := rel
+			if moved, ok := strings.CutPrefix(rel, render.HostDir+"/"); ok { // relocated (ContainerPaths)
+				hostPath = "/" + moved
+			}
+			host, err := os.Lstat(hostPath)
 			if err != nil {
-				t.Errorf("host %s: %v", rel, err)
+				t.Errorf("host %s: %v", hostPath, err)
 				return nil
 			}
 			if got := sha256Hex(t, p); got != e.SHA256 || fi.Size() != e.Size {
 				t.Errorf("%s: sha256 %s size %d, manifest %s %d", rel, got, fi.Size(), e.SHA256, e.Size)
 			}
-			if host := sha256Hex(t, rel); host != e.SHA256 {
+			if host := sha256Hex(t, hostPath); host != e.SHA256 {
 				t.Errorf("%s: host content %s, manifest %s", rel, host, e.SHA256)
 			}
 			if e.Mode != uint32(host.Mode().Perm()) {
@@ -404,7 +408,7 @@ func TestStorePutDetectsChangedSource(t *testing.T) {
 	fi, _ := os.Lstat(p)
 	key := statKeyOf(fi)
 	key.MtimeNS-- // what a closure computed before the file changed
-	_, err := s.put(context.Background(), p, key, 0o755, VerifyQuick)
+	_, _, err := s.put(context.Background(), p, key, 0o755, VerifyQuick)
 	if !errors.Is(err, ErrSourceChanged) {
 		t.Errorf("want ErrSourceChanged, got %v", err)
 	}
@@ -695,11 +699,12 @@ func TestSealLimits(t *testing.T) {
 		checkTree(t, res)
 	})
 	t.Run("no-seals", func(t *testing.T) {
-		// A store written before seals existed: every object is hashed
-		// once and sealed, none replaced.
+		// A store written before seals existed (and so before assembly
+		// indexes): every object is hashed once and sealed, none replaced.
 		s := openTestStore(t)
 		first := assemble(t, s, programs, Options{})
 		rewriteSeals(t, s, func(r *statRecord) { r.Object = objectSeal{} })
+		dropIndexes(t, s)
 		res := assemble(t, s, programs, Options{})
 		if res.Stats.ObjectsRehashed != first.Stats.Files || res.Stats.Repaired != 0 || res.Stats.TreeBuilt {
 			t.Errorf("without seals: %+v", res.Stats)
@@ -766,4 +771,19 @@ func rewriteSeals(t *testing.T, s *Store, edit func(*statRecord)) int {
 		n++
 	}
 	return n
+}
+
+// dropIndexes removes every assembly index of s, as a store written before
+// indexes existed has none.
+func dropIndexes(t *testing.T, s *Store) {
+	t.Helper()
+	ents, err := os.ReadDir(s.indexDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ents {
+		if err := os.Remove(filepath.Join(s.indexDir(), d.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -34,118 +34,102 @@ var errTreeMismatch = errors.New("tree does not match its manifest")
 // ensureTree returns the directory of the tree for manifest (digest hex),
 // reusing a complete, verified one or building it. objects maps each file
 // path to its store object as checked. built reports a new tree;
-// replaced, that a damaged one was moved aside first.
-func (s *Store) ensureTree(ctx context.Context, hexDigest string, manifest []render.Runfile, objects map[string]objectUse) (dir string, built, replaced bool, err error) {
+// replaced, that a damaged one was moved aside first. seals are what the
+// verification of the tree found (see verifyTree).
+func (s *Store) ensureTree(ctx context.Context, hexDigest string, manifest []render.Runfile, objects map[string]objectUse) (dir string, seals *verifiedTree, built, replaced bool, err error) {
 	dir = s.TreePath(hexDigest)
 	for attempt := 0; attempt < 3; attempt++ {
-		err := verifyTree(dir, manifest, objects)
+		seals, err := verifyTree(dir, manifest, objects)
 		if err == nil {
-			return dir, built, replaced, nil
+			return dir, seals, built, replaced, nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			if !errors.Is(err, errTreeMismatch) {
-				return "", false, false, err
+				return "", nil, false, false, err
 			}
 			if err := s.discard(dir); err != nil {
-				return "", false, false, err
+				return "", nil, false, false, err
 			}
 			replaced = true
 		}
 		ok, err := s.buildTree(ctx, dir, manifest)
 		if err != nil {
-			return "", false, false, err
-		}
-		if ok {
-			if err := s.resealLinked(ctx, manifest, objects); err != nil {
-				return "", false, false, err
-			}
+			return "", nil, false, false, err
 		}
 		built = built || ok
 	}
-	return "", false, false, fmt.Errorf("tree %s keeps failing verification", dir)
+	return "", nil, false, false, fmt.Errorf("tree %s keeps failing verification", dir)
 }
 
-// resealLinked seals again the objects of a tree just built: a hard link
-// changes its inode's ctime, and without a new seal the next assembly
-// would hash every object of every new tree. An object is sealed only
-// when it is still the inode that was checked and nothing but its ctime
-// moved, forward; anything else is left for the next check to hash.
-func (s *Store) resealLinked(ctx context.Context, manifest []render.Runfile, objects map[string]objectUse) error {
-	var linked []render.Runfile // file entries, one per host file
-	seen := make(map[statKey]bool)
-	for _, e := range manifest {
-		if use, ok := objects[e.Path]; ok && e.Type == render.RunfileFile && !seen[use.key] {
-			seen[use.key] = true
-			linked = append(linked, e)
-		}
-	}
-	return parallel(ctx, len(linked), func(ctx context.Context, i int) error {
-		e := linked[i]
-		use := objects[e.Path]
-		fi, err := os.Lstat(s.ObjectPath(e.SHA256, e.Mode))
-		if err != nil || use.fi == nil {
-			return nil
-		}
-		was, now := sealOf(use.fi), sealOf(fi)
-		if now.CtimeNS <= was.CtimeNS {
-			return nil // not linked (a copy), or sealed by another assembler
-		}
-		was.CtimeNS = now.CtimeNS
-		if now != was {
-			return nil
-		}
-		r := use.record
-		return s.reseal(use.key, &r, fi)
-	})
+// verifiedTree is what the verification of a tree saw: the seal of every
+// entry (manifest order; zero where nothing can be trusted) and of its
+// root, which the assembly index records, and the new seals of store
+// objects whose ctime alone moved since they were checked.
+type verifiedTree struct {
+	root    treeSeal
+	entries []treeSeal
+	// resealed maps manifest indexes of file entries to the seal their
+	// object has now.
+	resealed map[int]objectSeal
 }
 
 // verifyTree walks dir and checks it holds exactly the manifest's entries.
 // fs.ErrNotExist when there is no tree; errTreeMismatch when it differs.
-func verifyTree(dir string, manifest []render.Runfile, objects map[string]objectUse) error {
-	if _, err := os.Lstat(dir); err != nil {
-		return err
+// Each entry's seal is taken from the stat the walk checked, before a
+// directory's entries are read, so a change after it moves a ctime past
+// the seal.
+//
+// A file linked to its store object is sealed only when nothing but the
+// ctime moved, forward, since the object was checked: a hard link changes
+// its inode's ctime, and without a new seal the next assembly would hash
+// every object of every new tree. Such an object gets its new seal in the
+// stat cache too (resealed); an object that changed otherwise is left for
+// the next check to hash.
+func verifyTree(dir string, manifest []render.Runfile, objects map[string]objectUse) (*verifiedTree, error) {
+	rootInfo, err := os.Lstat(dir)
+	if err != nil {
+		return nil, err
 	}
-	want := make(map[string]render.Runfile, len(manifest))
-	for _, e := range manifest {
-		want[e.Path] = e
+	want := make(map[string]int, len(manifest))
+	for i, e := range manifest {
+		want[e.Path] = i
 	}
+	v := &verifiedTree{root: treeSealOf(rootInfo), entries: make([]treeSeal, len(manifest)), resealed: make(map[int]objectSeal)}
 	mismatch := func(p, why string) error { return fmt.Errorf("%w: %s: %s", errTreeMismatch, p, why) }
 	count := 0
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == dir {
-			return nil
-		}
+	err = walkTree(dir, "", func(p string, w walkEntry) error {
 		rel := p[len(dir):]
-		e, ok := want[rel]
+		i, ok := want[rel]
 		if !ok {
 			return mismatch(rel, "not in the manifest")
 		}
+		e := manifest[i]
 		count++
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if fi.Mode() != TreeMode(e) {
-			return mismatch(rel, fmt.Sprintf("mode %v, want %v", fi.Mode(), TreeMode(e)))
+		if w.mode != TreeMode(e) {
+			return mismatch(rel, fmt.Sprintf("mode %v, want %v", w.mode, TreeMode(e)))
 		}
 		switch e.Type {
 		case render.RunfileSymlink:
-			t, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if t != e.Target {
-				return mismatch(rel, "link text "+t)
+			if w.target != e.Target {
+				return mismatch(rel, "link text "+w.target)
 			}
 		case render.RunfileFile:
-			if fi.Size() != e.Size || !fi.ModTime().Equal(sealTime) {
+			if w.key.Size != e.Size || w.key.MtimeNS != sealTime.UnixNano() {
 				return mismatch(rel, "size or seal time changed")
 			}
-			if obj := objects[rel].fi; obj != nil && os.SameFile(fi, obj) {
-				return nil
+			if obj := objects[rel].fi; obj != nil && w.key.Ino != 0 {
+				if was := sealOf(obj); was.Dev == w.key.Dev && was.Ino == w.key.Ino {
+					now := w.objectSeal()
+					if now.CtimeNS >= was.CtimeNS {
+						if was.CtimeNS = now.CtimeNS; was == now {
+							v.entries[i] = w.seal()
+							if now != sealOf(obj) {
+								v.resealed[i] = now
+							}
+						}
+					}
+					return nil
+				}
 			}
 			// Not the store object's inode: a copy (cross-device or link
 			// limit), or a tree linked to an object since replaced. Trust
@@ -158,15 +142,16 @@ func verifyTree(dir string, manifest []render.Runfile, objects map[string]object
 				return mismatch(rel, "content differs")
 			}
 		}
+		v.entries[i] = w.seal()
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if count != len(manifest) {
-		return fmt.Errorf("%w: %d entries, manifest has %d", errTreeMismatch, count, len(manifest))
+		return nil, fmt.Errorf("%w: %d entries, manifest has %d", errTreeMismatch, count, len(manifest))
 	}
-	return nil
+	return v, nil
 }
 
 // buildTree builds the tree in the store's tmp directory and renames it to
@@ -181,25 +166,40 @@ func (s *Store) buildTree(ctx context.Context, dir string, manifest []render.Run
 			removeTree(tmp)
 		}
 	}()
-	// Sorted by path, so parents come before children.
+	// The directories first (sorted by path, so parents come before
+	// children), then everything in them, on all cores.
+	var others []render.Runfile
 	for _, e := range manifest {
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		p := filepath.Join(tmp, e.Path)
 		switch e.Type {
 		case render.RunfileDir:
-			err = os.Mkdir(p, 0o700)
-		case render.RunfileSymlink:
-			err = os.Symlink(e.Target, p)
-		case render.RunfileFile:
-			err = s.placeFile(p, e)
+			if err := os.Mkdir(filepath.Join(tmp, e.Path), 0o700); err != nil {
+				return false, fmt.Errorf("building tree: %w", err)
+			}
+		case render.RunfileSymlink, render.RunfileFile:
+			others = append(others, e)
 		default:
-			err = fmt.Errorf("%w: entry %s has type %q", ErrUnsupported, e.Path, e.Type)
+			return false, fmt.Errorf("%w: entry %s has type %q", ErrUnsupported, e.Path, e.Type)
+		}
+	}
+	err = parallel(ctx, len(others), func(_ context.Context, i int) error {
+		e := others[i]
+		p := filepath.Join(tmp, e.Path)
+		var err error
+		if e.Type == render.RunfileSymlink {
+			err = os.Symlink(e.Target, p)
+		} else {
+			err = s.placeFile(p, e)
 		}
 		if err != nil {
-			return false, fmt.Errorf("building tree: %w", err)
+			return fmt.Errorf("building tree: %w", err)
 		}
+		return nil
+	})
+	if err != nil {
+		return false, err
 	}
 	for i := len(manifest) - 1; i >= 0; i-- {
 		if e := manifest[i]; e.Type == render.RunfileDir {

@@ -159,10 +159,6 @@ func selectSpawn(renders []*render.Render, name string) []*render.Render {
 // array of canonical renders, text sections, or their digests.
 func writeRenders(w io.Writer, renders []*render.Render, format, stateDir string) error {
 	for i, r := range renders {
-		canonical, err := r.Canonical()
-		if err != nil {
-			return err
-		}
 		digests, err := r.Digests()
 		if err != nil {
 			return err
@@ -193,8 +189,16 @@ func writeRenders(w io.Writer, renders []*render.Render, format, stateDir string
 			}
 			fmt.Fprint(w, r.Text(digests))
 		case len(renders) == 1:
+			canonical, err := r.Canonical()
+			if err != nil {
+				return err
+			}
 			fmt.Fprintf(w, "%s\n", canonical)
 		default:
+			canonical, err := r.Canonical()
+			if err != nil {
+				return err
+			}
 			sep := ","
 			if i == 0 {
 				sep = "["

@@ -220,3 +220,90 @@ func invalidUTF8At(data []byte) int {
 	}
 	return len(data)
 }
+
+// AppendString appends s to dst as a canonical JSON string, as Marshal
+// writes it. A string that is not valid UTF-8 is an error (ErrInvalidUTF8).
+// With InsertMember it lets a caller encode a large value of a known type
+// directly instead of reformatting it through Marshal.
+func AppendString(dst []byte, s string) ([]byte, error) {
+	if plainASCII(s) { // most strings: nothing to escape or check
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"'), nil
+	}
+	out, err := jsontext.AppendQuote(dst, s)
+	if err != nil {
+		return dst, fmt.Errorf("canonjson: %w: %q: %w", ErrInvalidUTF8, s, err)
+	}
+	return out, nil
+}
+
+// InsertMember returns the canonical JSON object obj with the member
+// name: value added where its key sorts. obj must be canonical (Marshal's
+// output) and without a member name (ErrDuplicateKey otherwise); value must
+// be canonical JSON, which is not checked: it is what a caller's direct
+// encoder wrote (tests compare it with Marshal), and checking it would cost
+// what writing it directly saves.
+func InsertMember(obj []byte, name string, value []byte) ([]byte, error) {
+	if len(obj) < 2 || obj[0] != '{' || obj[len(obj)-1] != '}' {
+		return nil, fmt.Errorf("canonjson: %w: inserting member %q into a value that is not an object", ErrInvalidJSON, name)
+	}
+	key, err := AppendString(nil, name)
+	if err != nil {
+		return nil, err
+	}
+	// Canonicalize places the member (with a null for now) where its key
+	// sorts, and refuses it if the object already has one.
+	placed := append([]byte{}, obj[:len(obj)-1]...)
+	if len(obj) > 2 {
+		placed = append(placed, ',')
+	}
+	placed = append(append(placed, key...), ":null}"...)
+	if placed, err = Canonicalize(placed); err != nil {
+		return nil, err
+	}
+	at, err := memberValueAt(placed, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(placed)-len("null")+len(value))
+	out = append(append(append(out, placed[:at]...), value...), placed[at+len("null"):]...)
+	return out, nil
+}
+
+// memberValueAt is the offset of the value of the top-level member name in
+// the canonical object obj.
+func memberValueAt(obj []byte, name string) (int, error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.ReadToken(); err != nil {
+		return 0, fmt.Errorf("canonjson: %w: %w", ErrInvalidJSON, err)
+	}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return 0, fmt.Errorf("canonjson: %w: %w", ErrInvalidJSON, err)
+		}
+		if tok.String() == name {
+			at := int(dec.InputOffset()) + len(":") // canonical: no whitespace
+			if !bytes.HasPrefix(obj[at:], []byte("null")) {
+				break
+			}
+			return at, nil
+		}
+		if err := dec.SkipValue(); err != nil {
+			return 0, fmt.Errorf("canonjson: %w: %w", ErrInvalidJSON, err)
+		}
+	}
+	return 0, fmt.Errorf("canonjson: %w: member %q not found where it was placed", ErrInvalidJSON, name)
+}
+
+// plainASCII: s is printable ASCII without '"' or '\\', which a canonical
+// string holds as it is.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
