@@ -1,15 +1,12 @@
 package testenv
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // daemonScript leaves a daemon the way a careless host-side helper does:
@@ -66,25 +63,5 @@ func ReadPidFile(t testing.TB, file string, timeout time.Duration) int {
 // behind; the caller reports it.
 func Survived(t testing.TB, pid int, timeout time.Duration) bool {
 	t.Helper()
-	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return false
-	}
-	if err != nil {
-		t.Fatalf("pidfd_open(%d): %v", pid, err)
-	}
-	defer unix.Close(fd)
-	for {
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(timeout.Milliseconds()))
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			t.Fatalf("poll pidfd of %d: %v", pid, err)
-		case n == 0:
-			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-			return true
-		}
-		return false
-	}
+	return !exitedWithin(t, pid, timeout, true)
 }
