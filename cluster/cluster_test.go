@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,7 +74,7 @@ func TestContainerdConfigNamesOnlyTheClustersPaths(t *testing.T) {
 		}
 		t.Errorf("containerd's config names %s, outside the cluster's directories", p)
 	}
-	for _, want := range []string{"imports = []", "restrict_oom_score_adj = true", `"io.containerd.nri.v1.nri"`} {
+	for _, want := range []string{"imports = []", "restrict_oom_score_adj = true", `[plugins."io.containerd.nri.v1.nri"]`, "socket_path = " + strconv.Quote(l.NRISocket())} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("containerd's config lacks %s", want)
 		}

@@ -17,17 +17,17 @@ import (
 // containerdConfig is containerd's config (version 4, containerd 2.4):
 // every path is the cluster's own, so that the system containerd's socket,
 // state, shim sockets, runc state and NRI socket are never touched, and no
-// drop-in of /etc/containerd/conf.d is read.
+// drop-in of /etc/containerd/conf.d is read. NRI is on, with its socket
+// under the cluster's run directory: a node agent connects there to learn
+// of each container before it starts; containerd launches no plugin itself.
 func containerdConfig(l Layout) string {
 	q := strconv.Quote
 	return `version = 4
 root = ` + q(l.ContainerdRoot()) + `
 state = ` + q(l.ContainerdState()) + `
 imports = []
-# NRI would listen on /var/run/nri/nri.sock; the other snapshotters are
-# not used.
+# The other snapshotters are not used.
 disabled_plugins = [
-  "io.containerd.nri.v1.nri",
   "io.containerd.snapshotter.v1.blockfile",
   "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.devmapper",
@@ -40,6 +40,12 @@ disabled_plugins = [
 
 [plugins."io.containerd.server.v1.ttrpc"]
   address = ` + q(l.ContainerdSocket()+".ttrpc") + `
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  socket_path = ` + q(l.NRISocket()) + `
+  plugin_path = ` + q(filepath.Join(l.State, "nri", "plugins")) + `
+  plugin_config_path = ` + q(filepath.Join(l.State, "nri", "conf.d")) + `
 
 [plugins."io.containerd.server.v1.debug"]
   address = ""

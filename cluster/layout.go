@@ -74,6 +74,7 @@ func (l Layout) ContainerdRoot() string        { return filepath.Join(l.State, "
 func (l Layout) ContainerdState() string       { return filepath.Join(l.Run, "containerd") }
 func (l Layout) ContainerdConfig() string      { return filepath.Join(l.State, "containerd.toml") }
 func (l Layout) ContainerdSocket() string      { return filepath.Join(l.Run, "containerd.sock") }
+func (l Layout) NRISocket() string             { return filepath.Join(l.Run, "nri.sock") }
 func (l Layout) RuncRoot() string              { return filepath.Join(l.Run, "runc") }
 func (l Layout) CNIConf() string               { return filepath.Join(l.State, "cni", "net.d") }
 func (l Layout) CNIIPAM() string               { return filepath.Join(l.State, "cni", "ipam") }
