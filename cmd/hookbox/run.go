@@ -130,6 +130,9 @@ mount exists. result.json records both digests.`,
 			}
 			backend := launcher.BackendConfig{Address: address, Daemon: daemonOptions(true, dirs.daemon, progress("containerd")),
 				Traced: r.Trace.Mode != render.TraceOff, TraceRingSize: traceRingSize}
+			if exe, err := os.Executable(); err == nil && !rootlessUser() {
+				backend.ManagedTracer = &launcher.ManagedTracerConfig{Executable: exe, RuntimeDir: os.Getenv(envRuntimeDir)}
+			}
 			if !isInner && (rootlessFlag || rootlessUser()) {
 				if !rootlessUser() {
 					return usageError{errors.New("--rootless: run hookbox as the non-root user whose rootless containerd it should use (as root, hookbox runs rootful)")}
