@@ -46,6 +46,10 @@ const (
 	exitOOM       = 125
 )
 
+// processStart is when this process started (package init, after the Go
+// runtime's own start): a run's timings count from it.
+var processStart = time.Now()
+
 // exitError carries a run's exit code out of cobra.
 type exitError struct {
 	code int
@@ -229,7 +233,8 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 	}
 	defer backend.Close()
 	opts := launcher.Options{Backend: backend, StateDir: f.dirs.state, CacheDir: f.dirs.cache, Grace: f.grace, Version: version,
-		RequireTrace: f.requireTrace, VerifyRunfiles: f.verifyRunfiles, Notify: f.notify, SecretLookup: f.secrets, Signer: f.signer, Unsigned: f.unsigned, Runfiles: f.runfiles}
+		RequireTrace: f.requireTrace, VerifyRunfiles: f.verifyRunfiles, Notify: f.notify, SecretLookup: f.secrets, Signer: f.signer, Unsigned: f.unsigned, Runfiles: f.runfiles,
+		ProcessStart: processStart, ReleaseTracer: true}
 	if f.notify.Warning != "" && !f.json {
 		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
 	}
@@ -251,6 +256,11 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 		return exitError{exitInfra, err.Error()}
 	}
 	if !f.json {
+		// The whole process: what followed the result (attestation,
+		// notifier) is finish too.
+		total := time.Since(processStart).Milliseconds()
+		res.Timings.Finish += total - res.Timings.Total
+		res.Timings.Total = total
 		printSummary(stderr, res)
 	}
 	// The notify line carries only the redacted snippet and the path of the
@@ -293,8 +303,9 @@ func printSummary(w io.Writer, res *launcher.Result) {
 		code = fmt.Sprint(*res.ExitCode)
 	}
 	fmt.Fprintf(w, "hookbox: %s  exit %s  run %s\n", res.Status, code, res.RunID)
-	fmt.Fprintf(w, "hookbox: timings  prepare %dms  create %dms  run %dms  teardown %dms  verify %dms  total %dms\n",
-		res.Timings.Prepare, res.Timings.Create, res.Timings.Run, res.Timings.Teardown, res.Timings.Verify, res.Timings.Total)
+	t := res.Timings
+	fmt.Fprintf(w, "hookbox: timings  startup %dms  prepare %dms  create %dms  run %dms  teardown %dms  verify %dms  finish %dms  total %dms\n",
+		t.Startup, t.Prepare, t.Create, t.Run, t.Teardown, t.Verify, t.Finish, t.Total)
 	for _, a := range res.Artifacts {
 		fmt.Fprintf(w, "hookbox: artifact %s  %s %s\n", terminalSafe(a.Declared), a.Status, terminalSafe(a.Path))
 	}
