@@ -196,7 +196,7 @@ func (m ManagedTracer) PID() int {
 // every key.
 func ManagedTracers(runtimeDir string) ([]ManagedTracer, error) {
 	entries, err := os.ReadDir(TracersDir(runtimeDir))
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return nil, nil
 	}
 	if err != nil {
