@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/tracehelper"
 )
 
@@ -211,7 +212,7 @@ func TestManagedTracerGCAndDaemonStop(t *testing.T) {
 		if stop[0] == "gc" && !strings.Contains(string(out), "tracer "+dir) {
 			t.Errorf("gc did not report the tracer:\n%s", out)
 		}
-		if syscall.Kill(pid, 0) == nil {
+		if testenv.Survived(t, pid, 0) {
 			t.Errorf("%s: the tracer (pid %d) still runs", stop[0], pid)
 		}
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
