@@ -103,34 +103,17 @@ func (m ManagedTracer) Start(ctx context.Context, exe string, env []string) erro
 		return fmt.Errorf("managed tracer: opening log: %w", err)
 	}
 	defer logf.Close()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return fmt.Errorf("managed tracer: %w", err)
-	}
-	defer devnull.Close()
 	argv := m.Command(exe)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = "/"
 	cmd.Env = append(daemonEnv(), env...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
-	cmd.SysProcAttr = detachAttr()
-	if err := cmd.Start(); err != nil {
+	d, err := startDetached(cmd, logf)
+	if err != nil {
 		return fmt.Errorf("managed tracer: starting %s: %w", exe, err)
 	}
-	p, err := openProcess(cmd.Process.Pid)
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return fmt.Errorf("managed tracer: %w", err)
-	}
-	defer p.close()
-	var waitErr error
-	reaped := make(chan struct{})
-	go func() { waitErr = cmd.Wait(); close(reaped) }()
+	defer d.p.close()
+	p := d.p
 	fail := func(err error) error {
-		_ = cmd.Process.Kill()
-		<-reaped
-		return fmt.Errorf("%w (tracer: %s)%s", err, exitText(waitErr), logTail(m.Log, offset))
+		return fmt.Errorf("%w (tracer: %s)%s", err, d.kill(), logTail(m.Log, offset))
 	}
 	if err := host.WriteFileAtomic(m.PIDFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
 		return fail(fmt.Errorf("managed tracer: writing pid file: %w", err))
