@@ -201,30 +201,44 @@ func throughManaged(cfg ManagedTracerConfig) func() (ExecTracer, error) {
 		if k := os.Getenv(tracehelper.KeyEnv); k != "" {
 			env = append(env, tracehelper.KeyEnv+"="+k)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), managedStartTimeout)
-		defer cancel()
-		if err := m.Start(ctx, cfg.Executable, env); err != nil {
+		t := managedTracer{m: m, exe: cfg.Executable, env: env}
+		if err := t.start(); err != nil {
 			return loadLocalTracer(ebpf.Options{})
 		}
-		return managedTracer{m}, nil
+		return t, nil
 	}
 }
 
 // managedTracer watches through the managed tracer, one connection per
 // watch, dialled when the run arms it.
-type managedTracer struct{ m daemon.ManagedTracer }
+type managedTracer struct {
+	m   daemon.ManagedTracer
+	exe string
+	env []string
+}
+
+func (t managedTracer) start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), managedStartTimeout)
+	defer cancel()
+	return t.m.Start(ctx, t.exe, t.env)
+}
 
 func (t managedTracer) Watch(dir string, id uint64, policy ebpf.Policy) (ExecWatch, error) {
 	c, err := tracehelper.DialManaged(t.m.Socket, t.m.Key)
+	if err != nil && t.start() == nil {
+		// It exited (idle, or stopped by gc) since it answered: once more.
+		c, err = tracehelper.DialManaged(t.m.Socket, t.m.Key)
+	}
 	if err == nil {
-		var w *tracehelper.Watch
-		if w, err = c.Watch(dir, policy); err == nil {
+		if w, err := c.Watch(dir, policy); err == nil {
 			return w, nil
 		}
 	}
-	local, lerr := loadLocalTracer(ebpf.Options{})
-	if lerr != nil {
-		return nil, fmt.Errorf("managed tracer: %w; and loading the tracer here: %w", err, lerr)
+	// What the run says, if this fails too, is this process's tracer's
+	// reason, as without a managed tracer.
+	local, err := loadLocalTracer(ebpf.Options{})
+	if err != nil {
+		return nil, err
 	}
 	return local.Watch(dir, id, policy)
 }
