@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -218,6 +219,39 @@ func TestManagedTracerGCAndDaemonStop(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("%s: the tracer's directory is still there: %v", stop[0], err)
 		}
+	}
+}
+
+// TestRunTimingsAddUp: a run's timings count from the process's start,
+// and the phases add up to the total, in result.json and in the printed
+// summary.
+func TestRunTimingsAddUp(t *testing.T) {
+	e, _ := managedEnv(t)
+	spec := hookSpec(e, "timed")
+	res := e.run(spec).mustResult(t)
+	tm := res.Timings
+	if tm.Startup <= 0 || tm.Sum() != tm.Total {
+		t.Errorf("result timings %+v: startup must count, and the phases (sum %d) add up to total", tm, tm.Sum())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := e.command(ctx, "run", "--state-dir", e.state, spec).CombinedOutput()
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	var line string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "hookbox: timings") {
+			line = l
+		}
+	}
+	var p [8]int64
+	if _, err := fmt.Sscanf(line, "hookbox: timings  startup %dms  prepare %dms  create %dms  run %dms  teardown %dms  verify %dms  finish %dms  total %dms",
+		&p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &p[6], &p[7]); err != nil {
+		t.Fatalf("summary timings %q: %v\n%s", line, err, out)
+	}
+	if sum := p[0] + p[1] + p[2] + p[3] + p[4] + p[5] + p[6]; sum != p[7] || p[0] <= 0 {
+		t.Errorf("summary %q: phases sum to %d", line, sum)
 	}
 }
 
