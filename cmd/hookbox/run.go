@@ -20,6 +20,7 @@ import (
 	"hookbox.dev/hookbox/attest"
 	"hookbox.dev/hookbox/compiler"
 	"hookbox.dev/hookbox/internal/config"
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/internal/config/notifyconf"
 	"hookbox.dev/hookbox/internal/config/secretsconf"
 	"hookbox.dev/hookbox/launcher"
@@ -46,9 +47,17 @@ const (
 	exitOOM       = 125
 )
 
-// processStart is when this process started (package init, after the Go
-// runtime's own start): a run's timings count from it.
-var processStart = time.Now()
+// processStart is when this process started, as the kernel counts it
+// (to a clock tick, 10 ms), else this package's init, which follows the Go
+// runtime's start and every imported package's init: a run's timings
+// count from it.
+var processStart = func() time.Time {
+	now := time.Now()
+	if age, err := host.Age(os.Getpid()); err == nil && age >= 0 {
+		return now.Add(-age)
+	}
+	return now
+}()
 
 // exitError carries a run's exit code out of cobra.
 type exitError struct {
