@@ -267,7 +267,12 @@ func TestTraceOffIsUnchecked(t *testing.T) {
 
 func TestTraceConcurrentRunsKeepTheirEvents(t *testing.T) {
 	e := newEnv(t)
-	const n = 20
+	assertOwnEvents(t, concurrentRuns(e, 20))
+}
+
+// concurrentRuns runs n traced spawns at once, run i with argv marked
+// run-i and hook-i.
+func concurrentRuns(e *env, n int) []*launcher.Result {
 	results := make([]*launcher.Result, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -281,6 +286,14 @@ func TestTraceConcurrentRunsKeepTheirEvents(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	return results
+}
+
+// assertOwnEvents: each of concurrentRuns' results is confirmed and its
+// trace holds only its own cgroup's events and none of the others' argv.
+func assertOwnEvents(t *testing.T, results []*launcher.Result) {
+	t.Helper()
+	n := len(results)
 	for i, res := range results {
 		if res == nil || res.Trace.Status != "confirmed" {
 			t.Errorf("run %d: %+v", i, res)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"syscall"
+	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 
@@ -132,8 +133,23 @@ type BackendConfig struct {
 	Traced bool
 	// TraceRingSize is the ring buffer size in bytes of a BPF tracer this
 	// process loads itself (0: ebpf.DefaultRingSize, see
-	// ebpf.Options.RingSize). A tracer helper has its own.
+	// ebpf.Options.RingSize). A tracer helper has its own; a size set
+	// here makes a root run load its own tracer, not the managed one's.
 	TraceRingSize int
+	// ManagedTracer, when set, lets a root run with no tracer helper
+	// listening trace through the managed tracer (started on first use)
+	// instead of loading the BPF programs itself.
+	ManagedTracer *ManagedTracerConfig
+}
+
+// ManagedTracerConfig is how a root hookbox starts its managed tracer
+// (daemon.ManagedTracer).
+type ManagedTracerConfig struct {
+	// Executable is the hookbox binary to start as `tracer serve --managed`.
+	Executable string
+	// RuntimeDir is hookbox's runtime directory ("" =
+	// daemon.DefaultRuntimeDir()).
+	RuntimeDir string
 }
 
 // Connect returns the backend this process runs on: rootful, or (inside
@@ -156,9 +172,75 @@ func Connect(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		// helper when one answers, and loads the tracer itself otherwise.
 		if c, err := tracehelper.Dial(tracehelper.SocketPath()); err == nil {
 			b.Tracer = throughHelper(c)
+		} else if cfg.ManagedTracer != nil && cfg.TraceRingSize == 0 {
+			b.Tracer = throughManaged(*cfg.ManagedTracer)
 		}
 	}
 	return b, nil
+}
+
+// managedStartTimeout bounds starting the managed tracer: the exec of a
+// hookbox and its listen, not the BPF load (the first watch waits for it).
+const managedStartTimeout = 5 * time.Second
+
+// throughManaged traces through the managed tracer of this build's key,
+// starting it if none runs. Whatever fails on the way (it cannot start,
+// cannot be reached, refuses the watch) falls back to a tracer loaded in
+// this process, never to an unarmed run.
+func throughManaged(cfg ManagedTracerConfig) func() (ExecTracer, error) {
+	return func() (ExecTracer, error) {
+		runtimeDir := cfg.RuntimeDir
+		if runtimeDir == "" {
+			runtimeDir = daemon.DefaultRuntimeDir()
+		}
+		if runtimeDir == "" || cfg.Executable == "" {
+			return loadLocalTracer(ebpf.Options{})
+		}
+		m := daemon.TracerPaths(runtimeDir, tracehelper.ManagedKey())
+		var env []string
+		if k := os.Getenv(tracehelper.KeyEnv); k != "" {
+			env = append(env, tracehelper.KeyEnv+"="+k)
+		}
+		t := managedTracer{m: m, exe: cfg.Executable, env: env}
+		if err := t.start(); err != nil {
+			return loadLocalTracer(ebpf.Options{})
+		}
+		return t, nil
+	}
+}
+
+// managedTracer watches through the managed tracer, one connection per
+// watch, dialled when the run arms it.
+type managedTracer struct {
+	m   daemon.ManagedTracer
+	exe string
+	env []string
+}
+
+func (t managedTracer) start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), managedStartTimeout)
+	defer cancel()
+	return t.m.Start(ctx, t.exe, t.env)
+}
+
+func (t managedTracer) Watch(dir string, id uint64, policy ebpf.Policy) (ExecWatch, error) {
+	c, err := tracehelper.DialManaged(t.m.Socket, t.m.Key)
+	if err != nil && t.start() == nil {
+		// It exited (idle, or stopped by gc) since it answered: once more.
+		c, err = tracehelper.DialManaged(t.m.Socket, t.m.Key)
+	}
+	if err == nil {
+		if w, err := c.Watch(dir, policy); err == nil {
+			return w, nil
+		}
+	}
+	// What the run says, if this fails too, is this process's tracer's
+	// reason, as without a managed tracer.
+	local, err := loadLocalTracer(ebpf.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return local.Watch(dir, id, policy)
 }
 
 func connectRootless(ctx context.Context, rc *rootless.Context, cfg BackendConfig) (*Backend, error) {

@@ -49,7 +49,7 @@ type Collected struct {
 // GCAction is one thing gc did (or, with DryRun, would do).
 type GCAction struct {
 	RunID  string `json:"run_id"`
-	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, socket, fifo, tmpfs, cgroup, helper-cgroup
+	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, socket, fifo, tmpfs, cgroup, helper-cgroup, tracer (a managed tracer, with no run id)
 	Detail string `json:"detail,omitempty"`
 	Error  string `json:"error,omitempty"`
 }

@@ -175,13 +175,27 @@ type StreamResult struct {
 type NotifyResult = notify.Outcome
 
 // Timings of a run's phases, in milliseconds.
+// Startup, the other phases and Finish add up to Total.
 type Timings struct {
+	// Startup: from the hookbox process's start (Options.ProcessStart) to
+	// the run's: compiling the spec, connecting, secrets, gc of leftovers.
+	Startup  int64 `json:"startup,omitempty"`
 	Prepare  int64 `json:"prepare"`          // image, runfiles, tmpfs, mounts
 	Create   int64 `json:"create"`           // container and task
 	Run      int64 `json:"run"`              // start to exit
 	Teardown int64 `json:"teardown"`         // kill, delete, harvest, unmount
 	Verify   int64 `json:"verify,omitempty"` // judging the trace, after teardown (absent in older records)
-	Total    int64 `json:"total"`
+	// Finish: unloading a tracer this process loaded (Options.ReleaseTracer)
+	// and sealing the record; the printed summary adds the attestation,
+	// the notifier and the rest, up to the process's exit.
+	Finish int64 `json:"finish,omitempty"`
+	// Total: from ProcessStart (else the run's start) to the result.
+	Total int64 `json:"total"`
+}
+
+// Sum is the phases' sum: Total, once the run is over.
+func (t Timings) Sum() int64 {
+	return t.Startup + t.Prepare + t.Create + t.Run + t.Teardown + t.Verify + t.Finish
 }
 
 // TraceResult is the verdict section (render/verify): confirmed only on

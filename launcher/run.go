@@ -105,6 +105,13 @@ type Options struct {
 	// store (plan.CheckDigest did, to compare the content digest); the run
 	// mounts them instead of assembling again.
 	Runfiles *runfiles.Result
+	// ProcessStart is when the hookbox process started: Timings count from
+	// it (zero: from the run's start).
+	ProcessStart time.Time
+	// ReleaseTracer: this process runs no other run, so a BPF tracer it
+	// loaded is closed before the result (Timings.Finish counts the
+	// detach, which the process's exit would otherwise pay unseen).
+	ReleaseTracer bool
 }
 
 // Run runs r to its end and returns its result. Errors before the run id
@@ -272,9 +279,11 @@ func (x *execution) run() {
 	// Judged once every resource is gone: however long a big trace takes,
 	// it cannot make the cleanup miss its deadline (docs/contracts.md 2.3).
 	x.judgeTrace()
-	res.Timings.Verify = time.Since(tornDown).Milliseconds()
-	res.EndedAt = time.Now().UTC()
-	res.Timings.Total = time.Since(x.started).Milliseconds()
+	judged := time.Now()
+	res.Timings.Verify = judged.Sub(tornDown).Milliseconds()
+	if x.opts.ReleaseTracer {
+		releaseTracer()
+	}
 	// Known before the seal, so the attested result says it too.
 	helpers := x.opts.Backend.Cgroups.Helpers()
 	if d := notifyDegraded(x.opts.Notify, helpers, res); d != "" {
@@ -282,6 +291,13 @@ func (x *execution) run() {
 		x.progress("notify", "the notifier will run without a cgroup of its own: %s", helpers.Unavailable)
 	}
 	x.seal()
+	res.EndedAt = time.Now().UTC()
+	res.Timings.Startup, res.Timings.Total = 0, res.EndedAt.Sub(x.started).Milliseconds()
+	if start := x.opts.ProcessStart; !start.IsZero() && start.Before(x.started) {
+		res.Timings.Startup, res.Timings.Total = x.started.Sub(start).Milliseconds(), res.EndedAt.Sub(start).Milliseconds()
+	}
+	res.Timings.Finish = 0
+	res.Timings.Finish = res.Timings.Total - res.Timings.Sum() // absorbs the rounding of the others
 	switch werr := writeJSON(filepath.Join(x.dir, ResultFile), res, 0o644); {
 	case werr != nil && res.Error == "":
 		res.Status, res.Error = StatusInfraError, "write result: "+werr.Error()

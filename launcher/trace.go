@@ -45,6 +45,15 @@ func loadTracer(opts ebpf.Options) (*ebpf.Tracer, error) {
 	return sharedTracer, tracerErr
 }
 
+// releaseTracer closes the process's tracer if it loaded one (the detach
+// waits for RCU grace periods: ~0.35 s here). Later loads fail.
+func releaseTracer() {
+	tracerOnce.Do(func() { tracerErr = ebpf.ErrClosed })
+	if sharedTracer != nil {
+		_ = sharedTracer.Close()
+	}
+}
+
 // ExecTracer records the execs of a cgroup: a BPF tracer in this process,
 // or a privileged helper serving a rootless hookbox (cmd/hookbox wires it).
 type ExecTracer interface {

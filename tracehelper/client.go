@@ -30,6 +30,7 @@ const (
 type Client struct {
 	conn *net.UnixConn
 	used bool
+	key  string // a managed tracer's key, which its ok reply must name
 }
 
 // Dial connects to the helper listening at path (see SocketPath). A root
@@ -41,6 +42,25 @@ func Dial(path string) (*Client, error) {
 		return nil, fmt.Errorf("tracer helper at %s: %w (is hookbox-tracer.service running? %s overrides the path)", path, err, SocketEnv)
 	}
 	return &Client{conn: c}, nil
+}
+
+// DialManaged connects to the managed tracer of key at path: its peer
+// must be root (SO_PEERCRED), and its ok reply must name key, so a tracer
+// of other BPF objects is never used.
+func DialManaged(path, key string) (*Client, error) {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("managed tracer at %s: %w", path, err)
+	}
+	peer, err := peerCred(c)
+	if err == nil && peer.Uid != 0 {
+		err = fmt.Errorf("its peer is uid %d, not root", peer.Uid)
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("managed tracer at %s: %w", path, err)
+	}
+	return &Client{conn: c, key: key}, nil
 }
 
 // FromFile makes a Client of a connection inherited as a file (the
@@ -95,7 +115,7 @@ func (c *Client) watch(cgroupDir string, policy ebpf.Policy) (*Watch, error) {
 		return nil, fmt.Errorf("open cgroup %s: %w", cgroupDir, err)
 	}
 	defer unix.Close(fd)
-	line, err := json.Marshal(request{V: Version, Op: opWatch, Policy: &policy})
+	line, err := json.Marshal(request{V: Version, Op: opWatch, Key: c.key, Policy: &policy})
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +136,8 @@ func (c *Client) watch(cgroupDir string, policy ebpf.Policy) (*Watch, error) {
 		return nil, &RefusedError{Code: rep.Code, Message: rep.Message}
 	case rep.Type != typeOK || rep.V != Version || rep.CgroupID == 0:
 		return nil, fmt.Errorf("tracer helper: unexpected reply %q (protocol version %d, want %d)", rep.Type, rep.V, Version)
+	case rep.Key != c.key:
+		return nil, fmt.Errorf("tracer helper: it has key %q, not %q: not the expected managed tracer", rep.Key, c.key)
 	}
 	w := &Watch{conn: c.conn, cgroupID: rep.CgroupID, events: make(chan ebpf.Event), done: make(chan struct{})}
 	go w.receive(br)

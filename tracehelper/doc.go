@@ -14,10 +14,10 @@
 // One watch per SOCK_STREAM unix connection; every message is one line of
 // JSON. Events and stats use the ebpf package's JSON forms.
 //
-//	client: {"v":1,"op":"watch","policy":{"Enforce":true,"Allowed":[{"Dev":2049,"Ino":131}]}}
+//	client: {"v":2,"op":"watch","key":"…","policy":{"Enforce":true,"Allowed":[{"Dev":2049,"Ino":131}]}}
 //	        + SCM_RIGHTS: one open fd of the cgroup2 directory
-//	server: {"v":1,"type":"ok","cgroup_id":4242}
-//	     or {"v":1,"type":"error","code":"not-owner","message":"…"}, then close
+//	server: {"v":2,"type":"ok","cgroup_id":4242,"key":"…"}
+//	     or {"v":2,"type":"error","code":"not-owner","message":"…"}, then close
 //	server: {"type":"event","event":{…ebpf.Event…}}  (any number)
 //	client: {"op":"stop"}                             (once the run's processes are gone)
 //	server: {"type":"stats","stats":{…ebpf.Stats…},"error":"…"}, then close
@@ -30,6 +30,10 @@
 // client connected). Root gets no exception: a uid watches only cgroups
 // it owns, so it learns nothing about processes it could not already
 // place there and enforcement kills only in its own cgroups.
+//
+// key is sent to and by a managed tracer only (see managed.go): it must
+// be the tracer's ManagedKey, or the watch is refused (bad-key), and the
+// client refuses an ok reply that does not name the key it asked for.
 //
 // The policy's JSON is ebpf.Policy's default encoding; Version changes when
 // it or any message does. A request line is at most MaxRequestSize bytes

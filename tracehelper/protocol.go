@@ -13,8 +13,9 @@ import (
 	"hookbox.dev/hookbox/ebpf"
 )
 
-// Version is the protocol version this package speaks.
-const Version = 1
+// Version is the protocol version this package speaks. 2: the request
+// and the ok reply carry the managed tracer's key.
+const Version = 2
 
 // DefaultSocket is where the helper listens unless SocketEnv says
 // otherwise.
@@ -75,6 +76,11 @@ const (
 	CodeTracerUnavailable Code = "tracer-unavailable"
 	// CodeWatchFailed: the tracer failed to arm the watch.
 	CodeWatchFailed Code = "watch-failed"
+	// CodeBadKey: a managed tracer was asked for another key (other BPF
+	// objects or protocol): the client must use a tracer of its own key.
+	CodeBadKey Code = "bad-key"
+	// CodeForbidden: a managed tracer serves root only.
+	CodeForbidden Code = "forbidden"
 )
 
 // RefusedError is the helper's refusal of a watch.
@@ -106,6 +112,7 @@ const (
 type request struct {
 	V      int          `json:"v,omitempty"`
 	Op     string       `json:"op"`
+	Key    string       `json:"key,omitempty"` // the managed tracer the client expects (ManagedKey)
 	Policy *ebpf.Policy `json:"policy,omitempty"`
 }
 
@@ -114,6 +121,7 @@ type reply struct {
 	V        int         `json:"v,omitempty"`
 	Type     string      `json:"type"`
 	CgroupID uint64      `json:"cgroup_id,omitempty"`
+	Key      string      `json:"key,omitempty"` // with ok: a managed tracer's key
 	Code     Code        `json:"code,omitempty"`
 	Message  string      `json:"message,omitempty"`
 	Event    *ebpf.Event `json:"event,omitempty"`

@@ -47,9 +47,20 @@ type Server struct {
 	// it to play owners they cannot chown to.
 	inspect func(fd int) (cgroupDir, error)
 
+	// Set by NewManagedServer: the key requests must name, peers other
+	// than root refused, and the idle time that ends Serve.
+	key      string
+	rootOnly bool
+	idle     time.Duration
+
 	mu     sync.Mutex
 	perUID map[uint32]int
 	total  int
+	// openConns counts the connections being served; idleTimer (with idle)
+	// ends Serve through endServe once none has been open for idle.
+	openConns int
+	idleTimer *time.Timer
+	endServe  context.CancelFunc
 }
 
 // NewServer returns a server of tracer's watches that logs one line per
@@ -73,7 +84,23 @@ func NewServer(tracer Tracer, logw io.Writer) *Server {
 // socket is 0666: anyone may ask; SO_PEERCRED and the cgroup's owner
 // decide what they get.
 func Listen(path string) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	return listen(path, 0o755, 0o666)
+}
+
+// ListenPrivate is Listen for a managed tracer: the socket is 0600 in a
+// directory made 0700, both root's, so only root may connect.
+func ListenPrivate(path string) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("tracer socket directory: %w", err)
+	}
+	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("tracer socket directory: %w", err)
+	}
+	return listen(path, 0o700, 0o600)
+}
+
+func listen(path string, dirMode, mode os.FileMode) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), dirMode); err != nil {
 		return nil, fmt.Errorf("tracer helper socket directory: %w", err)
 	}
 	addr := &net.UnixAddr{Name: path, Net: "unix"}
@@ -87,7 +114,7 @@ func Listen(path string) (*net.UnixListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o666); err != nil {
+	if err := os.Chmod(path, mode); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("tracer helper socket: %w", err)
 	}
@@ -112,13 +139,24 @@ func removeStaleSocket(path string) error {
 	return nil
 }
 
-// Serve handles connections on l concurrently until ctx is done, then
-// closes l (removing its socket file), stops every watch (its client
-// gets the final stats with an error: the trace ended early) and returns
-// nil once every connection is closed. It returns an error only if l
-// fails for good. It does not close the tracer.
+// Serve handles connections on l concurrently until ctx is done (or a
+// managed server is idle, see StopIfIdle), then closes l (removing its
+// socket file), stops every watch (its client gets the final stats with
+// an error: the trace ended early) and returns nil once every connection
+// is closed. It returns an error only if l fails for good. It does not
+// close the tracer.
 func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	ctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.endServe = cancel
+	if s.idle > 0 {
+		s.idleTimer = time.AfterFunc(s.idle, func() {
+			if s.StopIfIdle() {
+				s.log.Printf("idle for %s: exiting", s.idle)
+			}
+		})
+	}
+	s.mu.Unlock()
 	var conns sync.WaitGroup
 	defer func() {
 		cancel()
@@ -143,7 +181,40 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 			}
 			continue
 		}
-		conns.Go(func() { s.handle(ctx, c) })
+		s.opened()
+		conns.Go(func() {
+			defer s.closed()
+			s.handle(ctx, c)
+		})
+	}
+}
+
+// StopIfIdle ends Serve if no connection is open, and says whether it
+// did. A connection still in the listen backlog is then refused: its
+// client sees the helper gone, as after any shutdown.
+func (s *Server) StopIfIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.openConns > 0 || s.endServe == nil {
+		return false
+	}
+	s.endServe()
+	return true
+}
+
+func (s *Server) opened() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.openConns++; s.idleTimer != nil {
+		s.idleTimer.Stop()
+	}
+}
+
+func (s *Server) closed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.openConns--; s.openConns == 0 && s.idleTimer != nil {
+		s.idleTimer.Reset(s.idle)
 	}
 }
 
@@ -178,7 +249,7 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 	release := sync.OnceFunc(func() { s.release(peer.Uid) })
 	defer release()
 	// A client gone already is noticed by stream, which stops the watch.
-	_ = writeReply(c, reply{V: Version, Type: typeOK, CgroupID: cgroupID})
+	_ = writeReply(c, reply{V: Version, Type: typeOK, CgroupID: cgroupID, Key: s.key})
 	s.log.Printf("watch start uid=%d pid=%d cgroup=%d", peer.Uid, peer.Pid, cgroupID)
 	end := s.stream(ctx, c, br, w, release)
 	line := fmt.Sprintf("watch end uid=%d pid=%d cgroup=%d end=%s events=%d lost=%d", peer.Uid, peer.Pid, cgroupID, end.why, end.events, end.stats.Lost)
@@ -194,6 +265,9 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 // open reads the request, checks it and arms the watch. Its errors are
 // *RefusedError; the cgroup id is returned once known, for the log.
 func (s *Server) open(ctx context.Context, c *net.UnixConn, peer *unix.Ucred, rr *rightsReader, br *bufio.Reader) (TracerWatch, uint64, error) {
+	if s.rootOnly && peer.Uid != 0 {
+		return nil, 0, refusal(CodeForbidden, "this managed tracer serves root's hookbox only (uid %d): a rootless hookbox uses `hookbox tracer serve`", peer.Uid)
+	}
 	c.SetReadDeadline(time.Now().Add(s.requestTimeout))
 	unwake := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Now()) })
 	line, err := readLine(br, MaxRequestSize)
@@ -220,6 +294,9 @@ func (s *Server) open(ctx context.Context, c *net.UnixConn, peer *unix.Ucred, rr
 	}
 	if req.V != Version {
 		return nil, 0, refusal(CodeBadVersion, "the client speaks protocol version %d, this helper %d: run the same hookbox version on both sides", req.V, Version)
+	}
+	if s.key != "" && req.Key != s.key {
+		return nil, 0, refusal(CodeBadKey, "this managed tracer has key %s, the client asked for %q: a hookbox with other BPF objects starts its own", s.key, req.Key)
 	}
 	if req.Op != opWatch {
 		return nil, 0, refusal(CodeBadRequest, "the first message must be op %q, not %q", opWatch, req.Op)

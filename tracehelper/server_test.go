@@ -328,7 +328,7 @@ func openFD(t *testing.T, path string, flags int) int {
 }
 
 func TestRefusals(t *testing.T) {
-	const watchLine = `{"v":1,"op":"watch","policy":{"Enforce":false}}` + "\n"
+	const watchLine = `{"v":2,"op":"watch","policy":{"Enforce":false}}` + "\n"
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
@@ -352,8 +352,8 @@ func TestRefusals(t *testing.T) {
 		{"two fds", nil, watchLine, []int{dirFD, dirFD}, CodeBadRequest},
 		{"fds beyond the kernel's room", nil, watchLine, many, CodeBadRequest},
 		{"not JSON", nil, "watch please\n", []int{dirFD}, CodeBadRequest},
-		{"stop first", nil, `{"v":1,"op":"stop"}` + "\n", []int{dirFD}, CodeBadRequest},
-		{"other version", nil, `{"v":2,"op":"watch"}` + "\n", []int{dirFD}, CodeBadVersion},
+		{"stop first", nil, `{"v":2,"op":"stop"}` + "\n", []int{dirFD}, CodeBadRequest},
+		{"other version", nil, `{"v":99,"op":"watch"}` + "\n", []int{dirFD}, CodeBadVersion},
 		{"no version", nil, `{"op":"watch"}` + "\n", []int{dirFD}, CodeBadVersion},
 		{"regular file", realCheck, watchLine, []int{openFD(t, file, unix.O_RDONLY)}, CodeNotCgroup2},
 		{"directory not on cgroup2", realCheck, watchLine, []int{dirFD}, CodeNotCgroup2},
@@ -431,7 +431,7 @@ func TestOversizedRequest(t *testing.T) {
 	}
 	defer c.Close()
 	fd := openFD(t, t.TempDir(), unix.O_RDONLY|unix.O_DIRECTORY)
-	line := `{"v":1,"op":"watch","policy":{"Allowed":[` + strings.Repeat(`{"Dev":1,"Ino":1},`, MaxRequestSize/18) + `{}]}}` + "\n"
+	line := `{"v":2,"op":"watch","policy":{"Allowed":[` + strings.Repeat(`{"Dev":1,"Ino":1},`, MaxRequestSize/18) + `{}]}}` + "\n"
 	// The helper stops reading at the bound: the rest may not be taken.
 	go sendWithFDs(c, []byte(line), fd)
 	var rep reply
@@ -597,8 +597,8 @@ func TestReceivedFDsClosed(t *testing.T) {
 	fd := openFD(t, dir, unix.O_RDONLY|unix.O_DIRECTORY)
 	before := openFDs(t)
 	for range 3 {
-		rawRequest(t, h.sock, `{"v":1,"op":"watch"}`+"\n", fd, fd)
-		rawRequest(t, h.sock, `{"v":2,"op":"watch"}`+"\n", fd)
+		rawRequest(t, h.sock, `{"v":2,"op":"watch"}`+"\n", fd, fd)
+		rawRequest(t, h.sock, `{"v":99,"op":"watch"}`+"\n", fd)
 	}
 	w := watch(t, h.sock, dir, ebpf.Policy{})
 	if _, err := w.Stop(); err != nil {

@@ -22,6 +22,7 @@ import (
 	"hookbox.dev/hookbox/internal/config"
 	"hookbox.dev/hookbox/internal/config/notifyconf"
 	"hookbox.dev/hookbox/internal/config/secretsconf"
+	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/daemon"
 	"hookbox.dev/hookbox/launcher/rootless"
@@ -45,6 +46,18 @@ const (
 	exitMismatch  = 124 // the trace contradicts the render (mode verify or enforce)
 	exitOOM       = 125
 )
+
+// processStart is when this process started, as the kernel counts it
+// (to a clock tick, 10 ms), else this package's init, which follows the Go
+// runtime's start and every imported package's init: a run's timings
+// count from it.
+var processStart = func() time.Time {
+	now := time.Now()
+	if age, err := host.Age(os.Getpid()); err == nil && age >= 0 {
+		return now.Add(-age)
+	}
+	return now
+}()
 
 // exitError carries a run's exit code out of cobra.
 type exitError struct {
@@ -130,6 +143,9 @@ mount exists. result.json records both digests.`,
 			}
 			backend := launcher.BackendConfig{Address: address, Daemon: daemonOptions(true, dirs.daemon, progress("containerd")),
 				Traced: r.Trace.Mode != render.TraceOff, TraceRingSize: traceRingSize}
+			if exe, err := os.Executable(); err == nil && !rootlessUser() {
+				backend.ManagedTracer = &launcher.ManagedTracerConfig{Executable: exe, RuntimeDir: os.Getenv(envRuntimeDir)}
+			}
 			if !isInner && (rootlessFlag || rootlessUser()) {
 				if !rootlessUser() {
 					return usageError{errors.New("--rootless: run hookbox as the non-root user whose rootless containerd it should use (as root, hookbox runs rootful)")}
@@ -226,7 +242,8 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 	}
 	defer backend.Close()
 	opts := launcher.Options{Backend: backend, StateDir: f.dirs.state, CacheDir: f.dirs.cache, Grace: f.grace, Version: version,
-		RequireTrace: f.requireTrace, VerifyRunfiles: f.verifyRunfiles, Notify: f.notify, SecretLookup: f.secrets, Signer: f.signer, Unsigned: f.unsigned, Runfiles: f.runfiles}
+		RequireTrace: f.requireTrace, VerifyRunfiles: f.verifyRunfiles, Notify: f.notify, SecretLookup: f.secrets, Signer: f.signer, Unsigned: f.unsigned, Runfiles: f.runfiles,
+		ProcessStart: processStart, ReleaseTracer: true}
 	if f.notify.Warning != "" && !f.json {
 		fmt.Fprintf(stderr, "hookbox: warning: %s\n", f.notify.Warning)
 	}
@@ -248,6 +265,11 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 		return exitError{exitInfra, err.Error()}
 	}
 	if !f.json {
+		// The whole process: what followed the result (attestation,
+		// notifier) is finish too.
+		total := time.Since(processStart).Milliseconds()
+		res.Timings.Finish += total - res.Timings.Total
+		res.Timings.Total = total
 		printSummary(stderr, res)
 	}
 	// The notify line carries only the redacted snippet and the path of the
@@ -290,8 +312,9 @@ func printSummary(w io.Writer, res *launcher.Result) {
 		code = fmt.Sprint(*res.ExitCode)
 	}
 	fmt.Fprintf(w, "hookbox: %s  exit %s  run %s\n", res.Status, code, res.RunID)
-	fmt.Fprintf(w, "hookbox: timings  prepare %dms  create %dms  run %dms  teardown %dms  verify %dms  total %dms\n",
-		res.Timings.Prepare, res.Timings.Create, res.Timings.Run, res.Timings.Teardown, res.Timings.Verify, res.Timings.Total)
+	t := res.Timings
+	fmt.Fprintf(w, "hookbox: timings  startup %dms  prepare %dms  create %dms  run %dms  teardown %dms  verify %dms  finish %dms  total %dms\n",
+		t.Startup, t.Prepare, t.Create, t.Run, t.Teardown, t.Verify, t.Finish, t.Total)
 	for _, a := range res.Artifacts {
 		fmt.Fprintf(w, "hookbox: artifact %s  %s %s\n", terminalSafe(a.Declared), a.Status, terminalSafe(a.Path))
 	}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -44,6 +46,9 @@ func newGCCommand(h *hostFlags) *cobra.Command {
 			report, err := launcher.GC(cmd.Context(), backend, dirs.state, dryRun)
 			if err != nil {
 				return err
+			}
+			if !isInner && !rootlessUser() {
+				report.Actions = append(report.Actions, gcTracers(cmd.Context(), dryRun)...)
 			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
@@ -164,15 +169,61 @@ func newLogsCommand(h *hostFlags) *cobra.Command {
 	return cmd
 }
 
-func managedDaemon(stateDir string) daemon.Managed {
-	runtimeDir := os.Getenv(envRuntimeDir)
-	if runtimeDir == "" {
-		runtimeDir = daemon.DefaultRuntimeDir()
+// runtimeDir is hookbox's runtime directory: $HOOKBOX_RUNTIME_DIR, else
+// the default.
+func runtimeDir() string {
+	if d := os.Getenv(envRuntimeDir); d != "" {
+		return d
 	}
+	return daemon.DefaultRuntimeDir()
+}
+
+// gcTracers stops the managed tracers, of every key, that serve no run
+// (one serving runs exits by itself once idle) and removes their
+// directories.
+func gcTracers(ctx context.Context, dryRun bool) []launcher.GCAction {
+	tracers, err := daemon.ManagedTracers(runtimeDir())
+	if err != nil {
+		return []launcher.GCAction{{What: "tracer", Error: err.Error()}}
+	}
+	var actions []launcher.GCAction
+	for _, m := range tracers {
+		a := launcher.GCAction{What: "tracer", Detail: m.Dir}
+		if pid := m.PID(); pid != 0 {
+			a.Detail = fmt.Sprintf("%s (pid %d)", m.Dir, pid)
+		}
+		if !dryRun {
+			gone, err := m.StopIfIdle(ctx)
+			if err != nil {
+				a.Error = err.Error()
+			} else if !gone {
+				continue
+			}
+		}
+		actions = append(actions, a)
+	}
+	return actions
+}
+
+// stopTracers stops every managed tracer, of every key, and removes their
+// directories.
+func stopTracers(ctx context.Context) error {
+	tracers, err := daemon.ManagedTracers(runtimeDir())
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range tracers {
+		errs = append(errs, m.Stop(ctx, 5*time.Second))
+	}
+	return errors.Join(errs...)
+}
+
+func managedDaemon(stateDir string) daemon.Managed {
 	if stateDir == "" {
 		stateDir = config.DataDir()
 	}
-	return daemon.ManagedPaths(stateDir, runtimeDir)
+	return daemon.ManagedPaths(stateDir, runtimeDir())
 }
 
 func newDaemonCommand(h *hostFlags) *cobra.Command {
@@ -207,12 +258,16 @@ func newDaemonCommand(h *hostFlags) *cobra.Command {
 	status.Flags().BoolVar(&jsonOut, "json", false, "print the status as one JSON object")
 	stop := &cobra.Command{
 		Use:   "stop",
-		Short: "Stop the managed containerd (SIGTERM, then SIGKILL after 10s) and, as root, end the tasks it ran; runs still using it fail",
+		Short: "Stop the managed containerd (SIGTERM, then SIGKILL after 10s) and, as root, end the tasks it ran, and the managed tracers; runs still using them fail",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stateDir := h.stateDir
 			m := managedDaemon(stateDir)
-			return m.Stop(cmd.Context(), 10*time.Second)
+			err := m.Stop(cmd.Context(), 10*time.Second)
+			if !rootlessUser() {
+				err = errors.Join(err, stopTracers(cmd.Context()))
+			}
+			return err
 		},
 	}
 	cmd.AddCommand(status, stop)

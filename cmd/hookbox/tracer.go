@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,7 +23,9 @@ func newTracerCommand() *cobra.Command {
 		Use:   "tracer",
 		Short: "The privileged exec tracer helper of rootless hookbox",
 	}
-	var socket string
+	var socket, managedDir string
+	var managed bool
+	var idle time.Duration
 	serve := &cobra.Command{
 		Use:   "serve",
 		Short: "As root: trace execs in their own cgroups for rootless hookbox runs",
@@ -31,7 +38,16 @@ owner); root gets no exception. One line per watch goes to stderr.
 
 Runs as root, typically from contrib/systemd/hookbox-tracer.service. If the
 tracer cannot load here, the helper keeps serving and refuses every watch
-with tracer-unavailable and the reason.`,
+with tracer-unavailable and the reason.
+
+--managed --dir DIR is the managed tracer a root hookbox starts by itself
+on its first traced run (no helper listening) and reuses on later runs, so
+that its BPF programs stay loaded: socket DIR/sock (0600, DIR 0700), root
+peers only, and requests must name this build's tracer key (the hash of
+its BPF objects and protocol version; DIR is <runtime dir>/tracer/<key>).
+It loads the tracer after it listens, exits after --idle-timeout with no
+connection, on SIGTERM, and on SIGUSR1 when idle (hookbox gc). Not meant
+to be started by hand.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !host.RealRoot() {
@@ -41,6 +57,9 @@ with tracer-unavailable and the reason.`,
 			defer stop()
 			stderr := cmd.ErrOrStderr()
 
+			if managed {
+				return serveManaged(ctx, stderr, managedDir, idle)
+			}
 			l, err := tracehelper.Listen(socket)
 			if err != nil {
 				return err
@@ -57,6 +76,43 @@ with tracer-unavailable and the reason.`,
 		},
 	}
 	serve.Flags().StringVar(&socket, "socket", tracehelper.SocketPath(), "unix socket to listen on")
+	serve.Flags().BoolVar(&managed, "managed", false, "serve as the managed tracer of root's hookbox runs, in --dir (hookbox starts it)")
+	serve.Flags().StringVar(&managedDir, "dir", "", "with --managed: the tracer's directory, <runtime dir>/tracer/<key>")
+	serve.Flags().DurationVar(&idle, "idle-timeout", tracehelper.DefaultIdleTimeout, "with --managed: exit after this long with no connection")
 	cmd.AddCommand(serve)
 	return cmd
+}
+
+// serveManaged is `tracer serve --managed`: it listens first, so that a
+// first run waits for the exec of this process, not for the BPF load,
+// which overlaps with the run's container create.
+func serveManaged(ctx context.Context, stderr io.Writer, dir string, idle time.Duration) error {
+	key := tracehelper.ManagedKey()
+	if filepath.Base(dir) != key || !filepath.IsAbs(dir) {
+		return usageError{fmt.Errorf("--managed --dir %q: give the absolute <runtime dir>/tracer/%s of this hookbox's key", dir, key)}
+	}
+	l, err := tracehelper.ListenPrivate(filepath.Join(dir, "sock"))
+	if err != nil {
+		return err
+	}
+	tracer := tracehelper.NewBPFTracer(ebpf.Options{})
+	defer tracer.Close()
+	go func() {
+		if err := tracer.Load(); err != nil {
+			fmt.Fprintf(stderr, "hookbox tracer: %v; watches will be refused with tracer-unavailable\n", err)
+		}
+	}()
+	srv := tracehelper.NewManagedServer(tracer, stderr, tracehelper.ManagedOptions{Key: key, IdleTimeout: idle})
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	go func() {
+		for range usr1 {
+			if srv.StopIfIdle() {
+				fmt.Fprintln(stderr, "hookbox tracer: idle, exiting on SIGUSR1")
+			}
+		}
+	}()
+	fmt.Fprintf(stderr, "hookbox tracer: managed, key %s, pid %d, listening on %s\n", key, os.Getpid(), filepath.Join(dir, "sock"))
+	return srv.Serve(ctx, l)
 }

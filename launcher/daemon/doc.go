@@ -1,5 +1,7 @@
 // Package daemon finds the containerd hookbox talks to, and owns the managed
-// private containerd hookbox starts when none answers.
+// private containerd hookbox starts when none answers, and the process of
+// the managed exec tracer (ManagedTracer: started, found through its pid
+// file and command line, stopped).
 //
 // Address precedence (Resolve): the --address flag, then
 // $HOOKBOX_CONTAINERD_ADDRESS, then /run/containerd/containerd.sock. An

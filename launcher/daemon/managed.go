@@ -222,11 +222,6 @@ func (m Managed) Start(ctx context.Context) error {
 	defer logf.Close()
 	fmt.Fprintf(logf, "--- hookbox: starting %s --config %s at %s\n", bin, m.Config, time.Now().UTC().Format(time.RFC3339))
 
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return fmt.Errorf("managed containerd: %w", err)
-	}
-	defer devnull.Close()
 	if m.Rootless {
 		// A stale state dir (a killed RootlessKit) would make it refuse.
 		_ = os.RemoveAll(m.RootlessKitDir)
@@ -235,32 +230,17 @@ func (m Managed) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cmd.Dir = "/"
 	cmd.Env = daemonEnv()
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
-	cmd.SysProcAttr = detachAttr()
-	if err := cmd.Start(); err != nil {
+	d, err := startDetached(cmd, logf)
+	if err != nil {
 		return fmt.Errorf("managed containerd: starting %s: %w", bin, err)
 	}
-	// Open the pidfd before anything can reap the child: until Wait, even a
-	// child that already exited keeps its pid.
-	p, err := openProcess(cmd.Process.Pid)
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return fmt.Errorf("managed containerd: %w", err)
-	}
-	defer p.close()
-	// Reap it if it exits while this process lives.
-	var waitErr error
-	reaped := make(chan struct{})
-	go func() { waitErr = cmd.Wait(); close(reaped) }()
-
+	defer d.p.close()
+	p := d.p
 	fail := func(err error) error {
-		_ = cmd.Process.Kill()
-		<-reaped
+		exit := d.kill()
 		m.removeRuntimeFiles()
-		return fmt.Errorf("%w (daemon: %s)%s", err, exitText(waitErr), logTail(m.Log, offset))
+		return fmt.Errorf("%w (daemon: %s)%s", err, exit, logTail(m.Log, offset))
 	}
 	if err := host.WriteFileAtomic(m.PIDFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 		return fail(fmt.Errorf("managed containerd: writing pid file: %w", err))
@@ -274,6 +254,52 @@ func (m Managed) Start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// detached is a daemon startDetached started: pinned by a pidfd, reaped
+// in the background while this process lives.
+type detached struct {
+	cmd     *exec.Cmd
+	p       *process
+	reaped  chan struct{}
+	waitErr error
+}
+
+// startDetached starts cmd as a daemon: in / (unless cmd.Dir says
+// otherwise), leader of a new session, stdin /dev/null, stdout and stderr
+// appended to logf. The caller closes d.p.
+func startDetached(cmd *exec.Cmd, logf *os.File) (*detached, error) {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+	if cmd.Dir == "" {
+		cmd.Dir = "/"
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
+	cmd.SysProcAttr = detachAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	// Open the pidfd before anything can reap the child: until Wait, even a
+	// child that already exited keeps its pid.
+	p, err := openProcess(cmd.Process.Pid)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, err
+	}
+	d := &detached{cmd: cmd, p: p, reaped: make(chan struct{})}
+	go func() { d.waitErr = cmd.Wait(); close(d.reaped) }()
+	return d, nil
+}
+
+// kill ends the daemon and says how it exited.
+func (d *detached) kill() string {
+	_ = d.cmd.Process.Kill()
+	<-d.reaped
+	return exitText(d.waitErr)
 }
 
 // waitAnswer waits until the daemon p answers on m.Address, p exits, ctx

@@ -44,7 +44,7 @@ func tracerHelperCheck(h host, f helperFacts) (bool, Check) {
 	c := Check{Name: CheckTracerHelper}
 	switch {
 	case h.euid == 0:
-		c.Status, c.Detail = OK, "not needed: root loads the tracer itself"
+		c.Status, c.Detail = OK, "not needed: root traces through the managed tracer it starts itself (or loads the tracer in the run)"
 		return false, c
 	case f.Err == nil:
 		c.Status, c.Detail = OK, "the tracer helper answers at "+f.Socket+": rootless runs are traced and can be confirmed"
