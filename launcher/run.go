@@ -32,6 +32,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
 
 	"hookbox.dev/hookbox/attest"
@@ -352,11 +353,7 @@ func (x *execution) prepare() error {
 	}
 
 	x.progress("image", "base image")
-	var img containerd.Image
-	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
-		img, err = x.ensureImage(ctx)
-		return err
-	})
+	base, err := baseImage()
 	if err != nil {
 		return err
 	}
@@ -424,7 +421,7 @@ func (x *execution) prepare() error {
 
 	var rootfs []mount.Mount
 	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
-		rootfs, err = x.rootfsMounts(ctx, img)
+		rootfs, err = x.rootfsMounts(ctx, base)
 		return err
 	})
 	if err != nil {
@@ -517,41 +514,49 @@ func runtimeOptions(runcRoot string) any {
 	return &runcoptions.Options{Root: runcRoot}
 }
 
-// ensureImage imports the base image unless containerd has it unpacked.
-func (x *execution) ensureImage(ctx context.Context) (containerd.Image, error) {
+// baseImage builds this host's base image (in memory, no daemon call).
+func baseImage() (*images.Image, error) {
 	def, err := images.HostDefinition()
 	if err != nil {
 		return nil, err
 	}
-	built, err := images.Build(def)
-	if err != nil {
-		return nil, err
-	}
+	return images.Build(def)
+}
+
+// ensureImage imports the base image unless containerd has it unpacked.
+func (x *execution) ensureImage(ctx context.Context, built *images.Image) error {
 	img, err := x.opts.Backend.Client.GetImage(ctx, built.Name)
 	if err == nil {
 		if ok, _ := img.IsUnpacked(ctx, images.Snapshotter); ok {
-			return img, nil
+			return nil
 		}
 	} else if !errdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("look up base image: %w", err)
+		return fmt.Errorf("look up base image: %w", err)
 	}
 	x.progress("image", "import %s", built.Name)
-	return images.Import(ctx, x.opts.Backend.Client, built)
+	_, err = images.Import(ctx, x.opts.Backend.Client, built)
+	return err
 }
 
 // rootfsMounts makes a read-only view of the base image and returns the
 // rootfs: an overlay with the runfiles tree above the image's layers.
-func (x *execution) rootfsMounts(ctx context.Context, img containerd.Image) ([]mount.Mount, error) {
-	diffIDs, err := img.RootFS(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (x *execution) rootfsMounts(ctx context.Context, base *images.Image) ([]mount.Mount, error) {
+	// The image's one layer is uncompressed, so its digest is the diff_id
+	// and the chain id of its unpacked snapshot: the view asks for it
+	// directly, and only a missing snapshot costs the image lookups (and
+	// the import).
+	parent := identity.ChainID([]digest.Digest{base.LayerDigest}).String()
 	// The view is held by the run's lease (ctx carries it, from x.ctx), so
 	// containerd's garbage collector leaves it alone until teardown (or gc)
 	// drops both.
 	sn := x.opts.Backend.Client.SnapshotService(images.Snapshotter)
-	view, err := sn.View(ctx, x.id, identity.ChainID(diffIDs).String(),
-		snapshots.WithLabels(x.ownerLabels()))
+	view, err := sn.View(ctx, x.id, parent, snapshots.WithLabels(x.ownerLabels()))
+	if errdefs.IsNotFound(err) {
+		if err := x.ensureImage(ctx, base); err != nil {
+			return nil, err
+		}
+		view, err = sn.View(ctx, x.id, parent, snapshots.WithLabels(x.ownerLabels()))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("base image view: %w", err)
 	}
