@@ -34,6 +34,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"hookbox.dev/hookbox/attest"
 	"hookbox.dev/hookbox/images"
@@ -357,6 +358,11 @@ func (x *execution) prepare() error {
 	if err != nil {
 		return err
 	}
+	// containerd makes the view while the runfiles, the tmpfs and the spec
+	// are prepared; prepare waits for it on every return, so nothing it
+	// creates outlives a failed prepare unseen.
+	view := x.viewBase(base)
+	defer view.wait()
 
 	check := RunfilesVerifyQuick
 	if x.opts.VerifyRunfiles {
@@ -418,12 +424,13 @@ func (x *execution) prepare() error {
 	if err := writeJSON(filepath.Join(x.dir, OCIFile), oci.Redact(spec, x.r), 0o644); err != nil {
 		return err
 	}
+	return x.createContainer(view, base, spec, digest)
+}
 
-	var rootfs []mount.Mount
-	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
-		rootfs, err = x.rootfsMounts(ctx, base)
-		return err
-	})
+// createContainer makes the base image view and the run's container.
+func (x *execution) createContainer(view *baseView, base *images.Image, spec *specs.Spec, digest string) error {
+
+	rootfs, err := x.rootfsMounts(view, base)
 	if err != nil {
 		return err
 	}
@@ -538,24 +545,57 @@ func (x *execution) ensureImage(ctx context.Context, built *images.Image) error 
 	return err
 }
 
-// rootfsMounts makes a read-only view of the base image and returns the
-// rootfs: an overlay with the runfiles tree above the image's layers.
-func (x *execution) rootfsMounts(ctx context.Context, base *images.Image) ([]mount.Mount, error) {
-	// The image's one layer is uncompressed, so its digest is the diff_id
-	// and the chain id of its unpacked snapshot: the view asks for it
-	// directly, and only a missing snapshot costs the image lookups (and
-	// the import).
+// baseView is the base image view containerd is making.
+type baseView struct {
+	done   chan struct{}
+	mounts []mount.Mount
+	err    error
+}
+
+// wait returns the view's mounts once containerd answered.
+func (v *baseView) wait() ([]mount.Mount, error) {
+	<-v.done
+	return v.mounts, v.err
+}
+
+// viewBase starts making the run's read-only view of the base image. The
+// image's one layer is uncompressed, so its digest is the diff_id and the
+// chain id of its unpacked snapshot: the view names it directly, and only
+// a missing snapshot costs the image lookups and the import
+// (rootfsMounts). It emits nothing: the run's events stay in order.
+func (x *execution) viewBase(base *images.Image) *baseView {
+	v := &baseView{done: make(chan struct{})}
+	go func() {
+		defer close(v.done)
+		v.err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
+			v.mounts, err = x.makeView(ctx, base)
+			return err
+		})
+	}()
+	return v
+}
+
+// makeView makes the view. It is held by the run's lease (ctx carries it,
+// from x.ctx), so containerd's garbage collector leaves it alone until
+// teardown (or gc) drops both.
+func (x *execution) makeView(ctx context.Context, base *images.Image) ([]mount.Mount, error) {
 	parent := identity.ChainID([]digest.Digest{base.LayerDigest}).String()
-	// The view is held by the run's lease (ctx carries it, from x.ctx), so
-	// containerd's garbage collector leaves it alone until teardown (or gc)
-	// drops both.
-	sn := x.opts.Backend.Client.SnapshotService(images.Snapshotter)
-	view, err := sn.View(ctx, x.id, parent, snapshots.WithLabels(x.ownerLabels()))
+	return x.opts.Backend.Client.SnapshotService(images.Snapshotter).View(ctx, x.id, parent, snapshots.WithLabels(x.ownerLabels()))
+}
+
+// rootfsMounts returns the rootfs: an overlay with the runfiles tree above
+// the layers of the base image view, importing the image first when
+// containerd lacks its snapshot.
+func (x *execution) rootfsMounts(v *baseView, base *images.Image) ([]mount.Mount, error) {
+	view, err := v.wait()
 	if errdefs.IsNotFound(err) {
-		if err := x.ensureImage(ctx, base); err != nil {
-			return nil, err
-		}
-		view, err = sn.View(ctx, x.id, parent, snapshots.WithLabels(x.ownerLabels()))
+		err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) error {
+			if err := x.ensureImage(ctx, base); err != nil {
+				return err
+			}
+			view, err = x.makeView(ctx, base)
+			return err
+		})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("base image view: %w", err)
