@@ -212,8 +212,12 @@ type execution struct {
 	initPID   int
 	initExe   string
 	killedFor string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
-	trace     *tracing
-	egress    *egressRun
+	// stopped: teardown saw every process of the run end (through the
+	// kernel); shimExited: containerd reported the task's exit;
+	// taskDeleted: containerd deleted the task.
+	stopped, shimExited, taskDeleted bool
+	trace                            *tracing
+	egress                           *egressRun
 	// ownerStart is this hookbox's start time, labelled on what it creates.
 	ownerStart string
 	// cgroupsPath is the run's cgroup: oci.CgroupsPath, or a delegated one;
@@ -864,7 +868,8 @@ func (x *execution) wait() {
 }
 
 func (x *execution) recordExit(st containerd.ExitStatus) {
-	if !x.engineStarted {
+	x.shimExited = true
+	if !x.engineStarted || x.result.ExitCode != nil {
 		return
 	}
 	code := int(st.ExitCode())
@@ -896,7 +901,9 @@ func (x *execution) teardown() {
 	}
 
 	if x.task != nil {
-		fail("stop", x.stopAll(ctx))
+		stopErr := x.stopAll(ctx)
+		fail("stop", stopErr)
+		x.stopped = stopErr == nil && (x.cg != nil || x.init != nil)
 		oom := x.cg != nil && cgroupOOM(x.cg)
 		faultpoint.Reach(faultpoint.BeforeTaskDelete)
 		inFlight := faultpoint.While(faultpoint.TaskDelete, x.shimDeleting())
