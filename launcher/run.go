@@ -431,9 +431,9 @@ func (x *execution) prepare() error {
 	return x.createContainer(view, base, spec, digest)
 }
 
-// createContainer makes the base image view and the run's container.
+// createContainer waits for the base image view and makes the run's
+// container.
 func (x *execution) createContainer(view *baseView, base *images.Image, spec *specs.Spec, digest string) error {
-
 	rootfs, err := x.rootfsMounts(view, base)
 	if err != nil {
 		return err
