@@ -193,6 +193,7 @@ spec:
 			n, float64(peakRSS["hookbox run"])/1024, float64(peakRSS["hookbox run (traced)"])/1024, float64(peakRSS["hookbox run (traced, helper)"])/1024)
 		fmt.Fprintf(&b, "\n%d runs each of a trivial spawn (/usr/bin/true; tracing off unless traced), one invocation of `make bench`, %s.\n",
 			n, time.Now().UTC().Format("2006-01-02"))
+		fmt.Print(b.String())
 	}
 	if want("scale") {
 		scale, err := concurrency(hookbox, state, spec, traced, noHelper, rootfs, addr)
@@ -200,6 +201,7 @@ spec:
 			return err
 		}
 		b.WriteString(scale)
+		fmt.Print(scale)
 	}
 	if want("storm") {
 		for _, load := range []stormLoad{{execs: stormExecs}, {execs: stormExecs / 4, work: 400}} {
@@ -208,6 +210,7 @@ spec:
 				return err
 			}
 			b.WriteString(storm)
+			fmt.Print(storm)
 		}
 	}
 	if want("tools") {
@@ -216,6 +219,7 @@ spec:
 			return err
 		}
 		b.WriteString(tools)
+		fmt.Print(tools)
 	}
 	if want("trees") {
 		large, err := largeTrees(hookbox)
@@ -223,8 +227,8 @@ spec:
 			return err
 		}
 		b.WriteString(large)
+		fmt.Print(large)
 	}
-	fmt.Print(b.String())
 	return os.WriteFile(out, []byte(b.String()), 0o644)
 }
 

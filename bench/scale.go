@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -131,7 +132,7 @@ spec:
   tools: [%s]
   workspace: %s
   trace: {mode: off}
-`, count, strings.Join(programs[:count], ", "), ws)), 0o644)
+`, count, strings.Join(quoted(programs[:count]), ", "), ws)), 0o644)
 		var walls []time.Duration
 		var prepares []float64
 		files := 0
@@ -159,6 +160,16 @@ spec:
 	}
 	b.WriteString("\nFirst: the first run of that spec against the bench's store (the programs' bytes may already be in it from an earlier row). Untraced.\n")
 	return b.String(), nil
+}
+
+// quoted quotes each path for a YAML flow sequence (/usr/bin/[ is a
+// program too).
+func quoted(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = strconv.Quote(p)
+	}
+	return out
 }
 
 // hostPrograms lists the world-readable, non-setuid ELF programs in
