@@ -156,12 +156,12 @@ func stormOnce(hookbox, state, spec, gate, bpftrace string) (float64, int, strin
 		case launcher.EventSpawned:
 			if bpftrace != "" {
 				if e.Spawned.CgroupID == 0 {
-					cmd.Process.Kill()
+					cmd.Process.Signal(syscall.SIGTERM) // hookbox tears the run down
 					return 0, 0, "", fmt.Errorf("the run has no cgroup id for the probe to filter on")
 				}
 				probe, err = startProbe(bpftrace, e.Spawned.CgroupID, probeLines, probeLost)
 				if err != nil {
-					cmd.Process.Kill()
+					cmd.Process.Signal(syscall.SIGTERM) // hookbox tears the run down
 					return 0, 0, "", err
 				}
 			}
