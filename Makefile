@@ -53,9 +53,12 @@ real-engines:
 integration:
 	HOOKBOX_INTEGRATION=1 $(GO) test -count=1 ./integration/
 
-## bench: hookbox run vs ctr run --rm vs runc run (root, containerd running)
+## bench: hookbox run vs ctr run --rm vs runc run, concurrent runs, exec
+## storms against a bpftrace probe (installed with apt-get when missing),
+## runfiles counts (root, containerd running); BENCH_ONLY=storm,... a subset
 bench: build
-	$(GO) run ./bench -hookbox bin/hookbox -out bench/results.md
+	@command -v bpftrace >/dev/null || apt-get install -y bpftrace || echo "bench: bpftrace could not be installed; its exec probe is not compared"
+	$(GO) run ./bench -hookbox bin/hookbox -out bench/results.md $(if $(BENCH_ONLY),-only $(BENCH_ONLY))
 	$(GO) test -run '^$$' -bench 'ProxyThroughput|ConnectLatency|DownloadFromTestHost' -benchtime 3x ./egress/ | tee bench/egress.txt
 
 ## test: unit tests, golden files, fuzz seed corpora (runs every Fuzz* seed);

@@ -1,8 +1,9 @@
 // Command bench measures `hookbox run` of a trivial spawn against its peers
 // in one invocation: `ctr run --rm` and `runc run` of the same rootfs and
 // command. It prints a table of medians and ratios and hookbox's peak RSS,
-// then an exec storm and the assembly of large runfiles trees (the real
-// engines, trees.go), and writes the tables to bench/results.md. Run it as
+// then concurrent runs, exec storms (against a bpftrace probe too), runs
+// with many runfiles (scale.go, storm.go) and the assembly of large
+// runfiles trees (the real engines, trees.go), and writes the tables to bench/results.md. Run it as
 // root with containerd running: make bench.
 package main
 
@@ -21,20 +22,24 @@ import (
 	"time"
 
 	"hookbox.dev/hookbox/images"
+	"hookbox.dev/hookbox/launcher"
 )
 
 func main() {
 	runs := flag.Int("n", 15, "runs per command")
 	hookbox := flag.String("hookbox", "bin/hookbox", "hookbox binary")
 	out := flag.String("out", "bench/results.md", "where to write the table")
+	flag.IntVar(&stormExecs, "storm-execs", stormExecs, "execs of the fastest exec storm (a slower one has a quarter)")
+	only := flag.String("only", "", "the sections to run, comma-separated: peers, scale, storm, tools, trees (default all)")
 	flag.Parse()
-	if err := bench(*runs, *hookbox, *out); err != nil {
+	want := func(section string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), section) }
+	if err := bench(*runs, *hookbox, *out, want); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func bench(n int, hookbox, out string) error {
+func bench(n int, hookbox, out string, want func(section string) bool) error {
 	work, err := os.MkdirTemp("/var/tmp", "hookbox-bench-")
 	if err != nil {
 		return err
@@ -122,15 +127,10 @@ spec:
 	if addr == "" {
 		addr = "/run/containerd/containerd.sock"
 	}
-	if err := measure("hookbox run", func(int) *exec.Cmd {
-		return exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, spec)
-	}); err != nil {
-		return err
-	}
 	// Traced the default way (no helper answers at the socket it tries):
 	// through the managed tracer, of the bench's own runtime directory,
-	// which the first run starts; then by hookbox itself (a ring size of
-	// its own makes it load the tracer in process).
+	// which the first traced run starts; then by hookbox itself (a ring
+	// size of its own makes it load the tracer in process).
 	runtimeDir := filepath.Join(work, "run")
 	noHelper := append(os.Environ(), "HOOKBOX_TRACER_SOCKET="+filepath.Join(work, "no-helper.sock"), "HOOKBOX_RUNTIME_DIR="+runtimeDir)
 	defer func() {
@@ -138,55 +138,6 @@ spec:
 		c.Env = noHelper
 		c.Run()
 	}()
-	if err := measure("hookbox run (traced, warm, default)", func(int) *exec.Cmd {
-		c := exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, traced)
-		c.Env = noHelper
-		return c
-	}); err != nil {
-		return err
-	}
-	if err := measure("hookbox run (traced, cold, in-process)", func(int) *exec.Cmd {
-		c := exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, "--trace-ring-size", "4194304", traced)
-		c.Env = noHelper
-		return c
-	}); err != nil {
-		return err
-	}
-	socket := filepath.Join(work, "tracer", "tracer.sock")
-	helper := exec.Command(hookbox, "tracer", "serve", "--socket", socket)
-	if err := helper.Start(); err != nil {
-		return err
-	}
-	defer func() { helper.Process.Signal(syscall.SIGTERM); helper.Wait() }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(socket); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			return fmt.Errorf("tracer helper did not listen at %s", socket)
-		}
-	}
-	withHelper := append(os.Environ(), "HOOKBOX_TRACER_SOCKET="+socket)
-	if err := measure("hookbox run (traced, helper)", func(int) *exec.Cmd {
-		c := exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, traced)
-		c.Env = withHelper
-		return c
-	}); err != nil {
-		return err
-	}
-	if err := measure("ctr run --rm", func(i int) *exec.Cmd {
-		return exec.CommandContext(ctx, "ctr", "--address", addr, "-n", "hookbox-bench", "run", "--rm", "--rootfs", rootfs,
-			fmt.Sprintf("bench-ctr-%d-%d", os.Getpid(), i), "/usr/bin/true")
-	}); err != nil {
-		return err
-	}
-	if err := measure("runc run", func(i int) *exec.Cmd {
-		return exec.CommandContext(ctx, "runc", "run", "--bundle", bundle, fmt.Sprintf("bench-runc-%d-%d", os.Getpid(), i))
-	}); err != nil {
-		return err
-	}
-
-	var b strings.Builder
-	fmt.Fprintf(&b, "| command | median | ratio to ctr run --rm | ratio to runc run |\n|---|---|---|---|\n")
 	median := func(name string) time.Duration {
 		for _, r := range rows {
 			if r.name == name {
@@ -195,113 +146,133 @@ spec:
 		}
 		return 0
 	}
-	ctrMedian, runcMedian := median("ctr run --rm"), median("runc run")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %.1f ms | %.2f× | %.2f× |\n", r.name, ms(r.median), ms(r.median)/ms(ctrMedian), ms(r.median)/ms(runcMedian))
+	var b strings.Builder
+	if want("peers") {
+		if err := measure("hookbox run", func(int) *exec.Cmd {
+			return exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, spec)
+		}); err != nil {
+			return err
+		}
+		if err := measure("hookbox run (traced, warm, default)", func(int) *exec.Cmd {
+			c := exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, traced)
+			c.Env = noHelper
+			return c
+		}); err != nil {
+			return err
+		}
+		if err := measure("hookbox run (traced, cold, in-process)", func(int) *exec.Cmd {
+			c := exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, "--trace-ring-size", "4194304", traced)
+			c.Env = noHelper
+			return c
+		}); err != nil {
+			return err
+		}
+		socket := filepath.Join(work, "tracer", "tracer.sock")
+		helper := exec.Command(hookbox, "tracer", "serve", "--socket", socket)
+		if err := helper.Start(); err != nil {
+			return err
+		}
+		defer func() { helper.Process.Signal(syscall.SIGTERM); helper.Wait() }()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(socket); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				return fmt.Errorf("tracer helper did not listen at %s", socket)
+			}
+		}
+		withHelper := append(os.Environ(), "HOOKBOX_TRACER_SOCKET="+socket)
+		if err := measure("hookbox run (traced, helper)", func(int) *exec.Cmd {
+			c := exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, traced)
+			c.Env = withHelper
+			return c
+		}); err != nil {
+			return err
+		}
+		if err := measure("ctr run --rm", func(i int) *exec.Cmd {
+			return exec.CommandContext(ctx, "ctr", "--address", addr, "-n", "hookbox-bench", "run", "--rm", "--rootfs", rootfs,
+				fmt.Sprintf("bench-ctr-%d-%d", os.Getpid(), i), "/usr/bin/true")
+		}); err != nil {
+			return err
+		}
+		if err := measure("runc run", func(i int) *exec.Cmd {
+			return exec.CommandContext(ctx, "runc", "run", "--bundle", bundle, fmt.Sprintf("bench-runc-%d-%d", os.Getpid(), i))
+		}); err != nil {
+			return err
+		}
+		// The hardened peer: hookbox applies containerd's default seccomp
+		// profile to every run, which ctr run --rm does not unless asked.
+		if err := measure("ctr run --rm --seccomp", func(i int) *exec.Cmd {
+			return exec.CommandContext(ctx, "ctr", "--address", addr, "-n", "hookbox-bench", "run", "--rm", "--seccomp", "--rootfs", rootfs,
+				fmt.Sprintf("bench-ctr-sc-%d-%d", os.Getpid(), i), "/usr/bin/true")
+		}); err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "| command | median | ratio to ctr run --rm | ratio to runc run |\n|---|---|---|---|\n")
+		ctrMedian, runcMedian := median("ctr run --rm"), median("runc run")
+		for _, r := range rows {
+			fmt.Fprintf(&b, "| %s | %.1f ms | %.2f× | %.2f× |\n", r.name, ms(r.median), ms(r.median)/ms(ctrMedian), ms(r.median)/ms(runcMedian))
+		}
+		fmt.Fprintf(&b, "\nhookbox peak RSS during a run (max over %d runs): %.1f MiB untraced, %.1f MiB traced (warm, default), %.1f MiB traced (cold, in-process), %.1f MiB traced through the helper\n",
+			n, float64(peakRSS["hookbox run"])/1024, float64(peakRSS["hookbox run (traced, warm, default)"])/1024,
+			float64(peakRSS["hookbox run (traced, cold, in-process)"])/1024, float64(peakRSS["hookbox run (traced, helper)"])/1024)
+		fmt.Fprintf(&b, "\n%d runs each of a trivial spawn (/usr/bin/true; tracing off unless traced), one invocation of `make bench`, %s.\n",
+			n, time.Now().UTC().Format("2006-01-02"))
+		fmt.Print(b.String())
 	}
-	fmt.Fprintf(&b, "\nhookbox peak RSS during a run (max over %d runs): %.1f MiB untraced, %.1f MiB traced (warm, default), %.1f MiB traced (cold, in-process), %.1f MiB traced through the helper\n",
-		n, float64(peakRSS["hookbox run"])/1024, float64(peakRSS["hookbox run (traced, warm, default)"])/1024,
-		float64(peakRSS["hookbox run (traced, cold, in-process)"])/1024, float64(peakRSS["hookbox run (traced, helper)"])/1024)
-	fmt.Fprintf(&b, "\n%d runs each of a trivial spawn (/usr/bin/true; tracing off unless traced), one invocation of `make bench`, %s.\n",
-		n, time.Now().UTC().Format("2006-01-02"))
-	storm, err := execStorm(hookbox, state, ws, work)
-	if err != nil {
-		return err
+	if want("scale") {
+		scale, err := concurrency(hookbox, state, spec, traced, noHelper, rootfs, addr)
+		if err != nil {
+			return err
+		}
+		b.WriteString(scale)
+		fmt.Print(scale)
 	}
-	b.WriteString(storm)
-	large, err := largeTrees(hookbox)
-	if err != nil {
-		return err
+	if want("storm") {
+		for _, load := range []stormLoad{{execs: stormExecs}, {execs: stormExecs / 4, work: 400}} {
+			storm, err := execStorm(hookbox, state, ws, work, load)
+			if err != nil {
+				return err
+			}
+			b.WriteString(storm)
+			fmt.Print(storm)
+		}
 	}
-	b.WriteString(large)
-	fmt.Print(b.String())
+	if want("tools") {
+		tools, err := runfilesScale(hookbox, state, ws, work, 5)
+		if err != nil {
+			return err
+		}
+		b.WriteString(tools)
+		fmt.Print(tools)
+	}
+	if want("trees") {
+		large, err := largeTrees(hookbox)
+		if err != nil {
+			return err
+		}
+		b.WriteString(large)
+		fmt.Print(large)
+	}
 	return os.WriteFile(out, []byte(b.String()), 0o644)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// execStorm runs a 20,000-exec storm inside a container, untraced and
-// traced by hookbox (3 runs each), and compares the engine's run phase.
-func execStorm(hookbox, state, ws, work string) (string, error) {
-	const execs = 20000
-	specFor := func(mode string) string {
-		path := filepath.Join(work, "storm-"+mode+".yaml")
-		os.WriteFile(path, []byte(fmt.Sprintf(`apiVersion: hookbox.dev/v1alpha1
-kind: Spawn
-metadata: {name: storm}
-spec:
-  engine: {kind: exec, path: /bin/sh, args: [-c, 'i=0; while [ $i -lt %d ]; do /bin/true; i=$((i+1)); done']}
-  tools: [/bin/true]
-  workspace: %s
-  limits: {timeout: 10m, pids: 64}
-  trace: {mode: %s}
-`, execs, ws, mode)), 0o644)
-		return path
+// lastResult reads the newest run record's result (run ids sort by start
+// time).
+func lastResult(state string) (*launcher.Result, error) {
+	records, _ := filepath.Glob(filepath.Join(state, "runs", "*", launcher.ResultFile))
+	if len(records) == 0 {
+		return nil, fmt.Errorf("no run record in %s", state)
 	}
-	type outcome struct {
-		runMS   []float64
-		events  int
-		lost    string
-		verdict string
-	}
-	run := func(mode string) (outcome, error) {
-		var o outcome
-		spec := specFor(mode)
-		for i := 0; i < 3; i++ {
-			// Human mode, as a build host runs it: no event stream to print.
-			// The result comes from the newest run record.
-			if out, err := exec.Command(hookbox, "run", "--state-dir", state, spec).CombinedOutput(); err != nil {
-				return o, fmt.Errorf("storm %s: %v\n%s", mode, err, out)
-			}
-			records, _ := filepath.Glob(filepath.Join(state, "runs", "*", "result.json"))
-			slices.Sort(records) // run ids sort by start time
-			data, err := os.ReadFile(records[len(records)-1])
-			if err != nil {
-				return o, err
-			}
-			var last struct {
-				Result struct {
-					Timings struct{ Run float64 } `json:"timings_ms"`
-					Trace   struct {
-						Status  string   `json:"status"`
-						Reasons []string `json:"reasons"`
-						Events  int      `json:"events"`
-					} `json:"trace"`
-					RecordDir string `json:"record_dir"`
-				}
-			}
-			if err := json.Unmarshal(data, &last.Result); err != nil {
-				return o, err
-			}
-			o.runMS = append(o.runMS, last.Result.Timings.Run)
-			o.events = last.Result.Trace.Events
-			o.verdict = last.Result.Trace.Status + " " + strings.Join(last.Result.Trace.Reasons, ",")
-			if data, err := os.ReadFile(filepath.Join(last.Result.RecordDir, "trace.jsonl")); err == nil {
-				stats := data[bytes.LastIndexByte(bytes.TrimSpace(data), '\n')+1:]
-				var st struct {
-					Stats struct{ Lost uint64 } `json:"stats"`
-				}
-				json.Unmarshal(stats, &st)
-				o.lost = fmt.Sprint(st.Stats.Lost)
-			}
-		}
-		slices.Sort(o.runMS)
-		return o, nil
-	}
-	off, err := run("off")
+	slices.Sort(records)
+	data, err := os.ReadFile(records[len(records)-1])
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	on, err := run("observe")
-	if err != nil {
-		return "", err
+	var res launcher.Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", records[len(records)-1], err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n| exec storm (%d execs in a container) | median run phase | ratio | events | lost |\n|---|---|---|---|---|\n", execs)
-	fmt.Fprintf(&b, "| untraced | %.0f ms | 1.00× | - | - |\n", off.runMS[1])
-	fmt.Fprintf(&b, "| traced by hookbox | %.0f ms | %.3f× | %d | %s |\n", on.runMS[1], on.runMS[1]/off.runMS[1], on.events, on.lost)
-	if _, err := exec.LookPath("bpftrace"); err != nil {
-		b.WriteString("\nbpftrace is not installed here, so its exec probe was not compared in this run.\n")
-	}
-	return b.String(), nil
+	return &res, nil
 }

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,12 +119,12 @@ func collect(ctx context.Context, b *Backend, stateDir string, dryRun, sweep boo
 			continue
 		}
 		dir := filepath.Join(RunsDir(stateDir), e.Name())
+		if finishedCleanly(dir) {
+			continue
+		}
 		intent, err := ReadIntent(dir)
 		if err != nil {
 			continue // not a run record
-		}
-		if finishedCleanly(dir) {
-			continue
 		}
 		if host.ProcessAlive(intent.HookboxPID, intent.HookboxStart) {
 			g.live[intent.RunID] = true
@@ -559,7 +560,15 @@ func finishedCleanly(dir string) bool {
 	if err != nil {
 		return false
 	}
-	var res Result
+	// Every run before a run reads every record: a result that cannot
+	// name the reason is not decoded (a run record per run, kept for
+	// good, would otherwise make each run slower than the last).
+	if !bytes.Contains(data, []byte(`"`+ReasonTeardownIncomplete+`"`)) {
+		return json.Valid(data)
+	}
+	var res struct {
+		Reasons []string `json:"reasons"`
+	}
 	if json.Unmarshal(data, &res) != nil {
 		return false
 	}

@@ -115,3 +115,30 @@ func TestFIFOSets(t *testing.T) {
 		t.Errorf("a missing FIFO directory: %v", sets)
 	}
 }
+
+// A run is clean by its result unless the result's own reasons name
+// teardown-incomplete: the reason's text elsewhere (an error, a spawn
+// name) does not make it unclean, and an unreadable result is not clean.
+func TestFinishedCleanlyReadsOnlyTheReasons(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		result string
+		clean  bool
+	}{
+		{"clean", `{"status": "completed", "reasons": ["no-declared-artifact"]}`, true},
+		{"incomplete", `{"status": "infra_error", "reasons": ["cancelled-by-signal", "teardown-incomplete"]}`, false},
+		{"named in the error only", `{"status": "failed", "error": "\"teardown-incomplete\" was not the reason"}`, true},
+		{"truncated", `{"status": "completed", "reasons": [`, false},
+		{"truncated after the reason", `{"reasons": ["teardown-incomplete"`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, ResultFile), []byte(tc.result), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got := finishedCleanly(dir); got != tc.clean {
+				t.Errorf("finishedCleanly(%s) = %v, want %v", tc.result, got, tc.clean)
+			}
+		})
+	}
+}

@@ -32,7 +32,9 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"hookbox.dev/hookbox/attest"
 	"hookbox.dev/hookbox/images"
@@ -217,8 +219,12 @@ type execution struct {
 	initPID   int
 	initExe   string
 	killedFor string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
-	trace     *tracing
-	egress    *egressRun
+	// stopped: teardown saw every process of the run end (through the
+	// kernel); shimExited: containerd reported the task's exit;
+	// taskDeleted: containerd deleted the task.
+	stopped, shimExited, taskDeleted bool
+	trace                            *tracing
+	egress                           *egressRun
 	// ownerStart is this hookbox's start time, labelled on what it creates.
 	ownerStart string
 	// cgroupsPath is the run's cgroup: oci.CgroupsPath, or a delegated one;
@@ -368,14 +374,15 @@ func (x *execution) prepare() error {
 	}
 
 	x.progress("image", "base image")
-	var img containerd.Image
-	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
-		img, err = x.ensureImage(ctx)
-		return err
-	})
+	base, err := baseImage()
 	if err != nil {
 		return err
 	}
+	// containerd makes the view while the runfiles, the tmpfs and the spec
+	// are prepared; prepare waits for it on every return, so nothing it
+	// creates outlives a failed prepare unseen.
+	view := x.viewBase(base)
+	defer view.wait()
 
 	check := RunfilesVerifyQuick
 	if x.opts.VerifyRunfiles {
@@ -437,12 +444,13 @@ func (x *execution) prepare() error {
 	if err := writeJSON(filepath.Join(x.dir, OCIFile), oci.Redact(spec, x.r), 0o644); err != nil {
 		return err
 	}
+	return x.createContainer(view, base, spec, digest)
+}
 
-	var rootfs []mount.Mount
-	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
-		rootfs, err = x.rootfsMounts(ctx, img)
-		return err
-	})
+// createContainer waits for the base image view and makes the run's
+// container.
+func (x *execution) createContainer(view *baseView, base *images.Image, spec *specs.Spec, digest string) error {
+	rootfs, err := x.rootfsMounts(view, base)
 	if err != nil {
 		return err
 	}
@@ -533,41 +541,82 @@ func runtimeOptions(runcRoot string) any {
 	return &runcoptions.Options{Root: runcRoot}
 }
 
-// ensureImage imports the base image unless containerd has it unpacked.
-func (x *execution) ensureImage(ctx context.Context) (containerd.Image, error) {
+// baseImage builds this host's base image (in memory, no daemon call).
+func baseImage() (*images.Image, error) {
 	def, err := images.HostDefinition()
 	if err != nil {
 		return nil, err
 	}
-	built, err := images.Build(def)
-	if err != nil {
-		return nil, err
-	}
+	return images.Build(def)
+}
+
+// ensureImage imports the base image unless containerd has it unpacked.
+func (x *execution) ensureImage(ctx context.Context, built *images.Image) error {
 	img, err := x.opts.Backend.Client.GetImage(ctx, built.Name)
 	if err == nil {
 		if ok, _ := img.IsUnpacked(ctx, images.Snapshotter); ok {
-			return img, nil
+			return nil
 		}
 	} else if !errdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("look up base image: %w", err)
+		return fmt.Errorf("look up base image: %w", err)
 	}
 	x.progress("image", "import %s", built.Name)
-	return images.Import(ctx, x.opts.Backend.Client, built)
+	_, err = images.Import(ctx, x.opts.Backend.Client, built)
+	return err
 }
 
-// rootfsMounts makes a read-only view of the base image and returns the
-// rootfs: an overlay with the runfiles tree above the image's layers.
-func (x *execution) rootfsMounts(ctx context.Context, img containerd.Image) ([]mount.Mount, error) {
-	diffIDs, err := img.RootFS(ctx)
-	if err != nil {
-		return nil, err
+// baseView is the base image view containerd is making.
+type baseView struct {
+	done   chan struct{}
+	mounts []mount.Mount
+	err    error
+}
+
+// wait returns the view's mounts once containerd answered.
+func (v *baseView) wait() ([]mount.Mount, error) {
+	<-v.done
+	return v.mounts, v.err
+}
+
+// viewBase starts making the run's read-only view of the base image. The
+// image's one layer is uncompressed, so its digest is the diff_id and the
+// chain id of its unpacked snapshot: the view names it directly, and only
+// a missing snapshot costs the image lookups and the import
+// (rootfsMounts). It emits nothing: the run's events stay in order.
+func (x *execution) viewBase(base *images.Image) *baseView {
+	v := &baseView{done: make(chan struct{})}
+	go func() {
+		defer close(v.done)
+		v.err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
+			v.mounts, err = x.makeView(ctx, base)
+			return err
+		})
+	}()
+	return v
+}
+
+// makeView makes the view. It is held by the run's lease (ctx carries it,
+// from x.ctx), so containerd's garbage collector leaves it alone until
+// teardown (or gc) drops both.
+func (x *execution) makeView(ctx context.Context, base *images.Image) ([]mount.Mount, error) {
+	parent := identity.ChainID([]digest.Digest{base.LayerDigest}).String()
+	return x.opts.Backend.Client.SnapshotService(images.Snapshotter).View(ctx, x.id, parent, snapshots.WithLabels(x.ownerLabels()))
+}
+
+// rootfsMounts returns the rootfs: an overlay with the runfiles tree above
+// the layers of the base image view, importing the image first when
+// containerd lacks its snapshot.
+func (x *execution) rootfsMounts(v *baseView, base *images.Image) ([]mount.Mount, error) {
+	view, err := v.wait()
+	if errdefs.IsNotFound(err) {
+		err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) error {
+			if err := x.ensureImage(ctx, base); err != nil {
+				return err
+			}
+			view, err = x.makeView(ctx, base)
+			return err
+		})
 	}
-	// The view is held by the run's lease (ctx carries it, from x.ctx), so
-	// containerd's garbage collector leaves it alone until teardown (or gc)
-	// drops both.
-	sn := x.opts.Backend.Client.SnapshotService(images.Snapshotter)
-	view, err := sn.View(ctx, x.id, identity.ChainID(diffIDs).String(),
-		snapshots.WithLabels(x.ownerLabels()))
 	if err != nil {
 		return nil, fmt.Errorf("base image view: %w", err)
 	}
@@ -835,7 +884,8 @@ func (x *execution) wait() {
 }
 
 func (x *execution) recordExit(st containerd.ExitStatus) {
-	if !x.engineStarted {
+	x.shimExited = true
+	if !x.engineStarted || x.result.ExitCode != nil {
 		return
 	}
 	code := int(st.ExitCode())
@@ -867,7 +917,9 @@ func (x *execution) teardown() {
 	}
 
 	if x.task != nil {
-		fail("stop", x.stopAll(ctx))
+		stopErr := x.stopAll(ctx)
+		fail("stop", stopErr)
+		x.stopped = stopErr == nil && (x.cg != nil || x.init != nil)
 		oom := x.cg != nil && cgroupOOM(x.cg)
 		faultpoint.Reach(faultpoint.BeforeTaskDelete)
 		inFlight := faultpoint.While(faultpoint.TaskDelete, x.shimDeleting())

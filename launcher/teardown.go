@@ -102,6 +102,29 @@ func (x *execution) stopAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// exitReported reports whether containerd has reported the task's exit,
+// waiting up to d (and ctx) for it.
+func (x *execution) exitReported(ctx context.Context, d time.Duration) bool {
+	if x.exitCh == nil {
+		return x.shimExited
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case st := <-x.exitCh:
+		x.exitCh = nil
+		if err := st.Error(); err != nil {
+			x.noteDaemonError(err)
+			return false
+		}
+		x.recordExit(st)
+		return true
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
 // signalInit sends sig to the task's init through its pidfd; without one
 // (a kernel before pidfds) through containerd, under a deadline.
 func (x *execution) signalInit(ctx context.Context, sig unix.Signal) error {
@@ -355,13 +378,29 @@ func (x *execution) harvest() {
 }
 
 func (x *execution) deleteTask(ctx context.Context) error {
-	if _, err := x.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+	// Once the kernel showed every process gone and containerd reported
+	// the exit, the client's kill-and-wait before the delete (two more
+	// calls to the shim) has nothing left to do.
+	var opts []containerd.ProcessDeleteOpts
+	if !x.stopped || !x.exitReported(ctx, time.Second) {
+		opts = append(opts, containerd.WithProcessKill)
+	}
+	if _, err := x.task.Delete(ctx, opts...); err != nil && !errdefs.IsNotFound(err) {
 		return err
 	}
+	x.taskDeleted = true
 	return nil
 }
 
 func (x *execution) deleteContainer(ctx context.Context) error {
+	if x.taskDeleted {
+		// No task left: the client's load and its own checks for one
+		// (three calls) would only find what teardown just did.
+		if err := x.opts.Backend.Client.ContainerService().Delete(ctx, x.id); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+		return nil
+	}
 	c, err := x.opts.Backend.Client.LoadContainer(ctx, x.id)
 	if errdefs.IsNotFound(err) {
 		return nil
