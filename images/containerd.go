@@ -8,8 +8,8 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	ctdimages "github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/errdefs"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 )
 
