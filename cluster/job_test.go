@@ -547,18 +547,11 @@ func describe(client kubernetes.Interface, ns string) string {
 // an engine that writes to stderr cannot be checked strictly.
 func checkLog(t *testing.T, log []byte, strict bool, want ...map[string]any) {
 	t.Helper()
-	var events []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(log))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var e map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			if strict {
-				t.Errorf("log line %q is not a JSON object: %v", sc.Text(), err)
-			}
-			continue
+	events, bad := logEvents(log)
+	if strict {
+		for _, line := range bad {
+			t.Errorf("log line %q is not a JSON object", line)
 		}
-		events = append(events, e)
 	}
 	i := 0
 	for _, e := range events {
@@ -569,6 +562,22 @@ func checkLog(t *testing.T, log []byte, strict bool, want ...map[string]any) {
 	if i < len(want) {
 		t.Errorf("engine log lacks, in order, the event %v (events: %v)", want[i], events)
 	}
+}
+
+// logEvents are the log's lines that are JSON objects, in order, and the
+// lines that are not.
+func logEvents(log []byte) (events []map[string]any, bad []string) {
+	sc := bufio.NewScanner(bytes.NewReader(log))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var e map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			bad = append(bad, sc.Text())
+			continue
+		}
+		events = append(events, e)
+	}
+	return events, bad
 }
 
 // matchesEvent reports whether e has every field of want with its value.

@@ -1,11 +1,10 @@
 package cluster_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -66,7 +65,8 @@ func TestDeadlineEndsTheJob(t *testing.T) {
 			pods, err := client.CoreV1().Pods(j.ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + j.name})
 			if err == nil && len(pods.Items) == 1 {
 				log, _ := client.CoreV1().Pods(j.ns).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{Container: "engine"}).DoRaw(ctx)
-				started = bytes.Contains(log, []byte(`{"type":"sleeping"}`))
+				events, _ := logEvents(log)
+				started = slices.ContainsFunc(events, func(e map[string]any) bool { return e["type"] == "sleeping" })
 			}
 		}
 		job, err := client.BatchV1().Jobs(j.ns).Get(ctx, j.name, metav1.GetOptions{})
@@ -113,15 +113,9 @@ func TestNotAllowedHostGetsNothing(t *testing.T) {
 		t.Fatalf("logs of the proxy sidecar: %v", err)
 	}
 	t.Logf("proxy log:\n%s", proxyLog)
-	// Every attempt the proxy logged: only the one refusal.
-	var attempts []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(proxyLog))
-	for sc.Scan() {
-		var a map[string]any
-		if json.Unmarshal(sc.Bytes(), &a) == nil {
-			attempts = append(attempts, a)
-		}
-	}
+	// Every attempt the proxy logged (hookbox egress serve also writes a
+	// "listening on" line): only the one refusal.
+	attempts, _ := logEvents(proxyLog)
 	want := map[string]any{"method": "CONNECT", "host": "denied.example", "port": float64(443), "decision": "refused",
 		"reason": "not-allowed", "resolved": "", "rule": "", "bytes_up": float64(0), "bytes_down": float64(0)}
 	if len(attempts) != 1 || !matchesEvent(attempts[0], want) {
