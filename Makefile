@@ -133,6 +133,7 @@ K8S_LDFLAGS   := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/
 NICE          ?= nice -n 19
 cluster-build:
 	$(cluster-build-recipe)
+	touch $(CLUSTER_STAMP)
 
 # What cluster-up needs built: rebuilt when the cluster module or this
 # Makefile changes (Go's build cache makes a rebuild a relink, about 95 s).
@@ -170,10 +171,12 @@ cluster-down:
 cluster-status:
 	$(CLUSTER_BIN)/hookbox-cluster status
 
-## cluster-test: run examples/hello.yaml as a Job on the running cluster
-## (make cluster-up first)
+## cluster-test: run the Job tests (cluster/*_test.go: examples/hello.yaml,
+## real engines, a failing engine, a deadline, a refused host) on the
+## running cluster (make cluster-up first); CGO_ENABLED=0 and -trimpath as
+## in cluster-build, so the Kubernetes packages come from its build cache
 cluster-test: build
-	cd cluster && HOOKBOX_CLUSTER=1 $(GO) test -count=1 -v ./...
+	cd cluster && CGO_ENABLED=0 HOOKBOX_CLUSTER=1 $(GO) test -trimpath -count=1 -timeout 30m -v ./...
 
 clean:
 	rm -rf bin

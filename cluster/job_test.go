@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -79,70 +78,37 @@ func repoBin(t *testing.T, name string) string {
 
 func run(t *testing.T, name string, args ...string) []byte {
 	t.Helper()
-	var stderr bytes.Buffer
-	cmd := exec.Command(name, args...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
-	}
+	out, _ := runOutput(t, name, args...)
 	return out
 }
 
-// images builds and imports the three images a hookbox Job needs and
-// returns their digest references: hookbox's base image (hookbox image
-// build), the runfiles image (the tree hookbox render --runfiles
-// assembled, as one layer) and a seed image (the runfiles tree of
-// testdata/seed-tools.yaml: coreutils' mkdir and install).
-//
-// Until hookbox has commands of its own for the runfiles and seed images,
-// the test makes them with cluster.ImageFromDir.
-func images(t *testing.T, l cluster.Layout, hookbox string, specArgs []string, stateDir string) (base, runfiles, seed string) {
+// runOutput runs name and returns its stdout and stderr; a failure fails
+// the test with both.
+func runOutput(t *testing.T, name string, args ...string) (stdout, stderr []byte) {
 	t.Helper()
-	layoutFile := filepath.Join(t.TempDir(), "base.tar")
-	out := strings.Fields(string(run(t, hookbox, "image", "build", "--oci-layout", layoutFile)))
-	if len(out) < 2 {
-		t.Fatalf("hookbox image build printed %q, want NAME DIGEST", out)
+	var errBuf bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stderr = &errBuf
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, errBuf.String())
 	}
-	name, digest := out[0], out[1]
-	if _, err := l.Ctr("images", "import", "--local", "--snapshotter", "overlayfs", layoutFile); err != nil {
-		t.Fatal(err)
-	}
-	repo := name[:strings.LastIndex(name, ":")]
-	base = repo + "@" + digest
-	// The CRI finds NAME@sha256:… by that very name.
-	if _, err := l.Ctr("images", "tag", "--local", "--force", name, base); err != nil {
-		t.Fatal(err)
-	}
-	runfiles = treeImage(t, l, hookbox, stateDir, "hookbox.dev/test/runfiles@", ocispec.ImageConfig{}, specArgs...)
-	seed = treeImage(t, l, hookbox, t.TempDir(), "hookbox.dev/test/seed@",
-		ocispec.ImageConfig{Env: []string{"PATH=/usr/bin:/bin"}, User: "65532:65532"}, "testdata/seed-tools.yaml")
-	return base, runfiles, seed
+	return out, errBuf.Bytes()
 }
 
-// proxyImage imports an image holding the hookbox binary on its PATH, for
-// the egress proxy sidecar, and returns its name.
-func proxyImage(t *testing.T, l cluster.Layout, hookbox string) string {
+// builtImages are the images `hookbox render --build` printed on stderr
+// ("hookbox: image KIND REFERENCE [spawn NAME]"), by kind.
+func builtImages(t *testing.T, stderr []byte) map[string][]string {
 	t.Helper()
-	dir := t.TempDir()
-	b, err := os.ReadFile(hookbox)
-	if err != nil {
-		t.Fatal(err)
+	refs := map[string][]string{}
+	for _, line := range strings.Split(string(stderr), "\n") {
+		f := strings.Fields(strings.TrimPrefix(line, "hookbox: image "))
+		if !strings.HasPrefix(line, "hookbox: image ") || len(f) < 2 || !strings.Contains(f[1], "@sha256:") {
+			continue
+		}
+		refs[f[0]] = append(refs[f[0]], f[1])
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "usr", "local", "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "usr", "local", "bin", "hookbox"), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	img, err := cluster.ImageFromDir(dir, "hookbox.dev/test/proxy@", ocispec.ImageConfig{Env: []string{"PATH=/usr/local/bin"}, User: "65532:65532"}, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.ImportImage(img); err != nil {
-		t.Fatal(err)
-	}
-	return img.Name
+	return refs
 }
 
 func exampleWorkspace(t *testing.T) string {
@@ -152,26 +118,6 @@ func exampleWorkspace(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-// treeImage assembles the runfiles tree of a spec (hookbox render
-// --runfiles, in its own state dir), imports it as a one-layer image named
-// name (ending in "@": by digest) and returns the image's name.
-func treeImage(t *testing.T, l cluster.Layout, hookbox, stateDir, name string, config ocispec.ImageConfig, specArgs ...string) string {
-	t.Helper()
-	run(t, hookbox, append([]string{"render", "--state-dir", stateDir, "--runfiles", "--format", "digests"}, specArgs...)...)
-	trees, err := filepath.Glob(filepath.Join(stateDir, "runfiles", "trees", "*"))
-	if err != nil || len(trees) != 1 {
-		t.Fatalf("want one runfiles tree in %s, got %v (%v)", stateDir, trees, err)
-	}
-	img, err := cluster.ImageFromDir(trees[0], name, config, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.ImportImage(img); err != nil {
-		t.Fatal(err)
-	}
-	return img.Name
 }
 
 // workspace makes the PersistentVolumeClaim the Job mounts at /workspace: a
@@ -227,24 +173,24 @@ type jobSpec struct {
 	workspace string // the directory the workspace claim's volume holds
 	// secrets, when not nil, become the Secret hookbox-secrets.
 	secrets map[string]string
-	// proxy builds a proxy image (the hookbox binary) for an allowlist.
+	// proxy says the spec has an allowlist: render --build must have
+	// built the proxy image (the hookbox binary) for its sidecar.
 	proxy bool
 }
 
-// applySpec renders js.spec for the cluster, creates its namespace,
-// workspace claim and Secret, and applies the objects with the cluster's
-// kubectl.
+// applySpec renders js.spec for the cluster with `hookbox render --format
+// k8s --build`, which builds the images the Job references (base, runfiles,
+// seed, and proxy for an allowlist) and imports them into the cluster's
+// containerd (namespace k8s.io, where the kubelet finds them without a
+// pull); then it creates the namespace, workspace claim and Secret, and
+// applies the objects with the cluster's kubectl.
 func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kubernetes.Interface, js jobSpec) specJob {
 	t.Helper()
 	hookbox := repoBin(t, "hookbox")
 	repoBin(t, "hookbox-init")
+	repoBin(t, "hookbox-seed")
 	repoBin(t, "hookbox-scripted-engine")
 	stateDir := t.TempDir()
-	base, runfiles, seed := images(t, l, hookbox, []string{js.spec}, stateDir)
-	var imageArgs []string
-	if js.proxy {
-		imageArgs = append(imageArgs, "--proxy-image", proxyImage(t, l, hookbox))
-	}
 
 	ns := fmt.Sprintf("hookbox-test-%d", time.Now().UnixNano()%1_000_000_000)
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -265,9 +211,18 @@ func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kuber
 		}
 	}
 
-	args := append([]string{"render", "--state-dir", stateDir, "--runfiles", "--format", "k8s", js.spec,
-		"--image", base, "--runfiles-image", runfiles, "--seed-image", seed, "--namespace", ns}, imageArgs...)
-	objects := run(t, hookbox, args...)
+	objects, stderr := runOutput(t, hookbox, "render", "--state-dir", stateDir, "--address", l.ContainerdSocket(),
+		"--runfiles", "--format", "k8s", "--build", "--build-namespace", cluster.Namespace, "--namespace", ns, js.spec)
+	t.Logf("hookbox render --build:\n%s", stderr)
+	built := builtImages(t, stderr)
+	for _, kind := range []string{"base", "runfiles", "seed"} {
+		if len(built[kind]) == 0 {
+			t.Fatalf("hookbox render --build printed no %s image:\n%s", kind, stderr)
+		}
+	}
+	if js.proxy != (len(built["proxy"]) > 0) {
+		t.Fatalf("jobSpec.proxy is %v but hookbox render --build built proxy images %v", js.proxy, built["proxy"])
+	}
 	objectsFile := filepath.Join(t.TempDir(), "objects.yaml")
 	if err := os.WriteFile(objectsFile, objects, 0o644); err != nil {
 		t.Fatal(err)
@@ -528,27 +483,40 @@ func TestCodexJobSeedsItsHome(t *testing.T) {
 // before it runs, fails the test with the pod's status and events.
 func waitForJob(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name string) *batchv1.Job {
 	t.Helper()
+	job, c := waitForJobEnd(ctx, t, client, ns, name)
+	if c.Type == batchv1.JobFailed {
+		t.Fatalf("job %s failed: %s: %s\n%s", name, c.Reason, c.Message, describe(client, ns))
+	}
+	return job
+}
+
+// waitForJobEnd waits until the Job has the condition Complete or Failed
+// and returns it with that condition; the context's end fails the test.
+func waitForJobEnd(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name string) (*batchv1.Job, batchv1.JobCondition) {
+	t.Helper()
 	for {
 		job, err := client.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
-			for _, c := range job.Status.Conditions {
-				if c.Status != corev1.ConditionTrue {
-					continue
-				}
-				switch c.Type {
-				case batchv1.JobComplete:
-					return job
-				case batchv1.JobFailed:
-					t.Fatalf("job %s failed: %s: %s\n%s", name, c.Reason, c.Message, describe(client, ns))
-				}
+			if c, ok := jobEnd(job); ok {
+				return job, c
 			}
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("job %s did not complete: %v (last error %v)\n%s", name, ctx.Err(), err, describe(client, ns))
+			t.Fatalf("job %s did not end: %v (last error %v)\n%s", name, ctx.Err(), err, describe(client, ns))
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// jobEnd is the Job's final condition, Complete or Failed, if it has one.
+func jobEnd(job *batchv1.Job) (batchv1.JobCondition, bool) {
+	for _, c := range job.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
+			return c, true
+		}
+	}
+	return batchv1.JobCondition{}, false
 }
 
 // describe is what a person would look at: each pod's container states and
@@ -579,18 +547,11 @@ func describe(client kubernetes.Interface, ns string) string {
 // an engine that writes to stderr cannot be checked strictly.
 func checkLog(t *testing.T, log []byte, strict bool, want ...map[string]any) {
 	t.Helper()
-	var events []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(log))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var e map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			if strict {
-				t.Errorf("log line %q is not a JSON object: %v", sc.Text(), err)
-			}
-			continue
+	events, bad := logEvents(log)
+	if strict {
+		for _, line := range bad {
+			t.Errorf("log line %q is not a JSON object", line)
 		}
-		events = append(events, e)
 	}
 	i := 0
 	for _, e := range events {
@@ -601,6 +562,22 @@ func checkLog(t *testing.T, log []byte, strict bool, want ...map[string]any) {
 	if i < len(want) {
 		t.Errorf("engine log lacks, in order, the event %v (events: %v)", want[i], events)
 	}
+}
+
+// logEvents are the log's lines that are JSON objects, in order, and the
+// lines that are not.
+func logEvents(log []byte) (events []map[string]any, bad []string) {
+	sc := bufio.NewScanner(bytes.NewReader(log))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var e map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			bad = append(bad, sc.Text())
+			continue
+		}
+		events = append(events, e)
+	}
+	return events, bad
 }
 
 // matchesEvent reports whether e has every field of want with its value.

@@ -9,6 +9,7 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 	ctdimages "github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 )
 
@@ -57,9 +58,10 @@ func Import(ctx context.Context, c *containerd.Client, img *Image) (containerd.I
 
 // ImportSet loads every image of s into containerd's namespace namespace
 // (Namespace when empty; "k8s.io" is the one the kubelet's CRI reads) under
-// its Name, and unpacks each with the overlayfs snapshotter. Like Import it
-// is idempotent and checks that each name points at the image's manifest
-// digest; progress, when set, hears of each image unpacked.
+// its Name and under its DigestName, and unpacks each with the overlayfs
+// snapshotter. Like Import it is idempotent and checks that each name points
+// at the image's manifest digest; progress, when set, hears of each image
+// unpacked.
 func ImportSet(ctx context.Context, c *containerd.Client, s *Set, namespace string, progress func(string)) error {
 	if namespace == "" {
 		namespace = Namespace
@@ -91,6 +93,24 @@ func ImportSet(ctx context.Context, c *containerd.Client, s *Set, namespace stri
 		if err := containerd.NewImageWithPlatform(c, rec, platform).Unpack(ctx, Snapshotter); err != nil {
 			return fmt.Errorf("images: unpacking %s with %s in namespace %s: %w", b.Name, Snapshotter, namespace, err)
 		}
+		if err := nameByDigest(ctx, c, rec, b.DigestName()); err != nil {
+			return fmt.Errorf("images: naming %s %s in namespace %s: %w", b.Name, b.DigestName(), namespace, err)
+		}
 	}
 	return nil
+}
+
+// nameByDigest gives the imported image rec a second name, name
+// (REPOSITORY@sha256:…), pointing at the same target. A pod's image pinned
+// as REPOSITORY:TAG@sha256:… is looked up by the CRI under
+// REPOSITORY@sha256:… only (it drops the tag of a digested reference), so
+// without this name the kubelet would try to pull an image it has.
+func nameByDigest(ctx context.Context, c *containerd.Client, rec ctdimages.Image, name string) error {
+	is := c.ImageService()
+	img := ctdimages.Image{Name: name, Target: rec.Target, Labels: rec.Labels}
+	if _, err := is.Create(ctx, img); err == nil || !errdefs.IsAlreadyExists(err) {
+		return err
+	}
+	_, err := is.Update(ctx, img, "target")
+	return err
 }

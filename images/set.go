@@ -73,6 +73,11 @@ func (b *Built) Reference(repo string) string {
 	return b.Repository(repo) + ":" + b.Tag() + "@" + b.ManifestDigest.String()
 }
 
+// DigestName is the image's repository pinned by digest alone,
+// Repository("")@sha256:…: the second name ImportSet gives it, the one a
+// kubelet's CRI resolves Reference("") by.
+func (b *Built) DigestName() string { return b.Repository("") + "@" + b.ManifestDigest.String() }
+
 // Set is a build of several images into one OCI image layout directory of
 // its own (oci-layout, index.json naming each image by
 // org.opencontainers.image.ref.name, blobs/sha256/…). Write it as a tar

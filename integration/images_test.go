@@ -61,7 +61,8 @@ func imageBuild(t *testing.T, e *env, args ...string) []builtImage {
 
 // TestImageBuildImportsIntoNamespace: hookbox image build SPEC --namespace
 // NS imports every image a Job of the spec needs into that containerd
-// namespace, each name pointing at its built digest and unpacked; the
+// namespace, each name pointing at its built digest and unpacked, and also
+// named REPOSITORY@DIGEST (what a kubelet's CRI resolves a pin by); the
 // runfiles image holds the init at its render path, root-owned and
 // read-only; a second build gives the same digests and imports nothing
 // new. The namespace is the test's own, removed at the end.
@@ -112,6 +113,11 @@ func TestImageBuildImportsIntoNamespace(t *testing.T) {
 		}
 		if ok, err := img.IsUnpacked(ctx, images.Snapshotter); !ok || err != nil {
 			t.Errorf("%s is not unpacked with %s: %v", b.Name, images.Snapshotter, err)
+		}
+		// The name a kubelet's CRI looks REPOSITORY:TAG@DIGEST up by.
+		byDigest := b.Name[:strings.LastIndex(b.Name, ":")] + "@" + b.Digest
+		if img, err := client.GetImage(ctx, byDigest); err != nil || img.Target().Digest.String() != b.Digest {
+			t.Errorf("%s is not named %s in namespace %s: %v", b.Name, byDigest, ns, err)
 		}
 	}
 	initBytes, err := os.ReadFile(initBin)
