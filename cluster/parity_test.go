@@ -76,7 +76,7 @@ spec:
   env: {set: {PARITY: "1"}}
   secrets: [PARITY_SECRET]
   limits: {timeout: 2m, memory: 512Mi, pids: %d, tmpfs: 16Mi}
-`, engine, filepath.Dir(engine), podAddr, parityForks, exampleWorkspace(t), parityPids)
+`, engine, engine, podAddr, parityForks, exampleWorkspace(t), parityPids)
 	file := filepath.Join(t.TempDir(), "parity.yaml")
 	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
