@@ -73,17 +73,7 @@ func scriptedAPIPod(ctx context.Context, t *testing.T, l cluster.Layout, client 
 		t.Fatal(err)
 	}
 
-	ns = fmt.Sprintf("hookbox-api-%d", time.Now().UnixNano()%1_000_000_000)
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if os.Getenv("HOOKBOX_CLUSTER_KEEP") == "1" {
-			t.Logf("HOOKBOX_CLUSTER_KEEP=1: namespace %s is kept", ns)
-			return
-		}
-		_ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-	})
+	ns = testNamespace(ctx, t, client, "hookbox-api-")
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "scripts", Namespace: ns}, Data: map[string]string{}}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "scripted-api", Namespace: ns},
@@ -141,6 +131,24 @@ func scriptedAPIPod(ctx context.Context, t *testing.T, l cluster.Layout, client 
 	}
 }
 
+// testNamespace creates a namespace named prefix and a number, which the
+// test's cleanup deletes (unless HOOKBOX_CLUSTER_KEEP=1).
+func testNamespace(ctx context.Context, t *testing.T, client kubernetes.Interface, prefix string) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s%d", prefix, time.Now().UnixNano()%1_000_000_000)
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv("HOOKBOX_CLUSTER_KEEP") == "1" {
+			t.Logf("HOOKBOX_CLUSTER_KEEP=1: namespace %s is kept", ns)
+			return
+		}
+		_ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	return ns
+}
+
 // apiRequests reads the requests one container of the scripted API pod
 // logged.
 func apiRequests(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, container string) []apiRequest {
@@ -177,17 +185,7 @@ func applyBuilt(ctx context.Context, t *testing.T, l cluster.Layout, client kube
 	hookbox := repoBin(t, "hookbox")
 	repoBin(t, "hookbox-init")
 	repoBin(t, "hookbox-seed")
-	ns := fmt.Sprintf("hookbox-test-%d", time.Now().UnixNano()%1_000_000_000)
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if os.Getenv("HOOKBOX_CLUSTER_KEEP") == "1" {
-			t.Logf("HOOKBOX_CLUSTER_KEEP=1: namespace %s is kept", ns)
-			return
-		}
-		_ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-	})
+	ns := testNamespace(ctx, t, client, "hookbox-test-")
 	workspace(t, client, ns, workspaceDir)
 	if secrets != nil {
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hookbox-secrets", Namespace: ns}, StringData: secrets}
