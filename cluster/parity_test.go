@@ -232,11 +232,12 @@ func TestParityOfRunAndJob(t *testing.T) {
 	t.Logf("hookbox run: %v\n%s", err, stderr.String())
 	localReport, localForks := parseProbe(t, "hookbox run", local)
 
-	j := applySpec(ctx, t, l, client, jobSpec{spec: spec, workspace: exampleWorkspace(t), secrets: map[string]string{"PARITY_SECRET": secret}})
+	b := applyBuilt(ctx, t, l, client, spec, exampleWorkspace(t), map[string]string{"PARITY_SECRET": secret})
+	j := specJob{ns: b.ns, name: b.jobs[0].Name, objects: b.objects}
 	waitForJob(ctx, t, client, j.ns, j.name)
 	jobOut := j.engineLog(ctx, t, client)
 	jobReport, jobForks := parseProbe(t, "Job", jobOut)
-	notReproduced := j.job(t).Annotations["hookbox.dev/not-reproduced"]
+	notReproduced := b.jobs[0].Annotations["hookbox.dev/not-reproduced"]
 	t.Logf("hookbox.dev/not-reproduced: %s", notReproduced)
 
 	if bytes.Contains(local, []byte(secret)) || bytes.Contains(jobOut, []byte(secret)) {

@@ -203,6 +203,26 @@ func applyBuilt(ctx context.Context, t *testing.T, l cluster.Layout, client kube
 		t.Fatalf("hookbox %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	t.Logf("hookbox render --build:\n%s", stderr.String())
+	// --build imports each image as NAME:TAG only; the CRI looks the Job's
+	// NAME:TAG@DIGEST up as NAME@DIGEST and, not finding it, pulls (there
+	// is no registry). Tag that name too, as images() does.
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(objects), "\n") {
+		line = strings.TrimPrefix(strings.TrimSpace(line), "- ")
+		ref, ok := strings.CutPrefix(line, "image: ")
+		if !ok {
+			ref, ok = strings.CutPrefix(line, "reference: ")
+		}
+		if !ok || seen[ref] || !strings.Contains(ref, "@") || !strings.Contains(ref[:strings.Index(ref, "@")], ":") {
+			continue
+		}
+		seen[ref] = true
+		named, digest, _ := strings.Cut(ref, "@")
+		repo := named[:strings.LastIndex(named, ":")]
+		if _, err := l.Ctr("images", "tag", "--local", "--force", named, repo+"@"+digest); err != nil {
+			t.Fatalf("tagging %s: %v", ref, err)
+		}
+	}
 	objectsFile := filepath.Join(t.TempDir(), "objects.yaml")
 	if err := os.WriteFile(objectsFile, objects, 0o644); err != nil {
 		t.Fatal(err)
