@@ -196,6 +196,10 @@ func expectedDifference(aspect, podAddr string) string {
 		return "the runtime mounts the container's cgroups"
 	case aspect == "env names":
 		return "the kubelet adds HOSTNAME"
+	case strings.HasPrefix(aspect, "mount /workspace"), strings.HasPrefix(aspect, "mount /hookbox/etc"):
+		return "the kubelet mounts volumes ro or rw only"
+	case aspect == "uid gid groups":
+		return "supplementary groups"
 	}
 	return ""
 }
