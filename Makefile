@@ -14,13 +14,15 @@ all: build
 
 ## build: compile ./bin/hookbox, the container init (bin/hookbox-init) and the
 ## seed program of Kubernetes Jobs (bin/hookbox-seed), which hookbox finds next
-## to itself, and the static scripted engine; all static, -trimpath, so the
+## to itself, the static scripted engine and the scripted model API the
+## cluster tests run as a pod; all static, -trimpath, so the
 ## images built from them have the same digests on every machine
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hookbox ./cmd/hookbox
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-init ./cmd/hookbox-init
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-seed ./cmd/hookbox-seed
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-scripted-engine ./cmd/hookbox-scripted-engine
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-scripted-api ./cmd/hookbox-scripted-api
 
 ## setup: as root, install what runs need (containerd, runc) when missing
 setup:

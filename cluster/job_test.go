@@ -184,6 +184,36 @@ type jobSpec struct {
 // containerd (namespace k8s.io, where the kubelet finds them without a
 // pull); then it creates the namespace, workspace claim and Secret, and
 // applies the objects with the cluster's kubectl.
+// jobNamespace creates a test namespace (removed at the end unless
+// HOOKBOX_CLUSTER_KEEP=1) holding the workspace claim for dir and, when
+// secrets is not nil, the Secret hookbox-secrets.
+func jobNamespace(ctx context.Context, t *testing.T, client kubernetes.Interface, dir string, secrets map[string]string) string {
+	t.Helper()
+	ns := testNamespace(ctx, t, client, "hookbox-test-")
+	workspace(t, client, ns, dir)
+	if secrets != nil {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hookbox-secrets", Namespace: ns}, StringData: secrets}
+		if _, err := client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ns
+}
+
+// kubectlApply applies rendered objects with the cluster's kubectl.
+func kubectlApply(ctx context.Context, t *testing.T, l cluster.Layout, objects []byte) {
+	t.Helper()
+	objectsFile := filepath.Join(t.TempDir(), "objects.yaml")
+	if err := os.WriteFile(objectsFile, objects, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, l.BinPath("kubectl"), "--kubeconfig", l.AdminKubeconfig(), "apply", "-f", objectsFile).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	t.Logf("kubectl apply -f %s (%d bytes):\n%s", objectsFile, len(objects), out)
+}
+
 func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kubernetes.Interface, js jobSpec) specJob {
 	t.Helper()
 	hookbox := repoBin(t, "hookbox")
@@ -192,24 +222,7 @@ func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kuber
 	repoBin(t, "hookbox-scripted-engine")
 	stateDir := t.TempDir()
 
-	ns := fmt.Sprintf("hookbox-test-%d", time.Now().UnixNano()%1_000_000_000)
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if os.Getenv("HOOKBOX_CLUSTER_KEEP") == "1" {
-			t.Logf("HOOKBOX_CLUSTER_KEEP=1: namespace %s is kept", ns)
-			return
-		}
-		_ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-	})
-	workspace(t, client, ns, js.workspace)
-	if js.secrets != nil {
-		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hookbox-secrets", Namespace: ns}, StringData: js.secrets}
-		if _, err := client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ns := jobNamespace(ctx, t, client, js.workspace, js.secrets)
 
 	objects, stderr := runOutput(t, hookbox, "render", "--state-dir", stateDir, "--address", l.ContainerdSocket(),
 		"--runfiles", "--format", "k8s", "--build", "--build-namespace", cluster.Namespace, "--namespace", ns, js.spec)
@@ -223,16 +236,7 @@ func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kuber
 	if js.proxy != (len(built["proxy"]) > 0) {
 		t.Fatalf("jobSpec.proxy is %v but hookbox render --build built proxy images %v", js.proxy, built["proxy"])
 	}
-	objectsFile := filepath.Join(t.TempDir(), "objects.yaml")
-	if err := os.WriteFile(objectsFile, objects, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	kubectl := exec.CommandContext(ctx, l.BinPath("kubectl"), "--kubeconfig", l.AdminKubeconfig(), "apply", "-f", objectsFile)
-	out, err := kubectl.CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl apply: %v\n%s", err, out)
-	}
-	t.Logf("kubectl apply -f %s (%d bytes):\n%s", objectsFile, len(objects), out)
+	kubectlApply(ctx, t, l, objects)
 	j := specJob{ns: ns, objects: objects}
 	j.name = j.job(t).Name
 	return j

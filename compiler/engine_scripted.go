@@ -101,6 +101,9 @@ func (c *compilation) scriptStep(s ScriptStep) (render.ScriptStep, error) {
 		out.Fork = &render.ScriptFork{Count: s.Fork.Count, SleepMS: s.Fork.Sleep.Milliseconds(),
 			AllocateBytes: s.Fork.Allocate.Value(), Wait: s.Fork.Wait}
 	}
+	if s.Probe != nil {
+		out.Probe = &render.ScriptProbe{Paths: slices.Clone(s.Probe.Paths), Dial: slices.Clone(s.Probe.Dial)}
+	}
 	if len(s.Exec) > 0 {
 		out.Exec = slices.Clone([]string(s.Exec)) // already container paths
 	}

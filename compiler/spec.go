@@ -136,12 +136,18 @@ type ScriptStep struct {
 	Fork      *ForkStep      `json:"fork,omitempty" doc:"Fork children that sleep."`
 	EnvHash   string         `json:"envHash,omitempty" doc:"Print the sha256 of this environment variable's value (never the value)."`
 	Exec      Command        `json:"exec,omitempty" doc:"Run a program (a declared tool) and wait for it."`
+	Probe     *ProbeStep     `json:"probe,omitempty" doc:"Print one event describing the sandbox as the engine sees it: argv, environment names (never values), ids, the mounts of paths and whether they are writable, TCP reachability, visible limits."`
 	Exit      *int           `json:"exit,omitempty" doc:"Exit now with this code."`
 }
 
 type WriteStep struct {
 	Path    string `json:"path" doc:"Absolute path under /run/hookbox, or under /workspace with workspace mode overlay."`
 	Content string `json:"content"`
+}
+
+type ProbeStep struct {
+	Paths []string `json:"paths,omitempty" doc:"Absolute container paths to report: exists, writable (a file can be created in a directory), mount point and options."`
+	Dial  []string `json:"dial,omitempty" doc:"HOST:PORT addresses to open a TCP connection to (2 s each)."`
 }
 
 type DaemonizeStep struct {

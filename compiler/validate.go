@@ -502,7 +502,7 @@ func (p *Parsed) validateScript(diags *diagnostics, def *engineDef) {
 	for i, step := range s.Engine.Script {
 		field := fmt.Sprintf("spec.engine.script[%d]", i)
 		if n := step.fieldsSet(); n != 1 {
-			p.errf(diags, field, "give exactly one of: print, stderr, sleep, write, hook, daemonize, allocate, fork, envHash, exec, exit", "a script step sets %d actions", n)
+			p.errf(diags, field, "give exactly one of: print, stderr, sleep, write, hook, daemonize, allocate, fork, envHash, exec, probe, exit", "a script step sets %d actions", n)
 			continue
 		}
 		switch {
@@ -524,6 +524,12 @@ func (p *Parsed) validateScript(diags *diagnostics, def *engineDef) {
 			if !envNames[step.EnvHash] {
 				p.errf(diags, field+".envHash", "declare it in env.allow, env.set or secrets", "%s is not in the container environment", step.EnvHash)
 			}
+		case step.Probe != nil:
+			for j, pp := range step.Probe.Paths {
+				if !path.IsAbs(pp) {
+					p.errf(diags, fmt.Sprintf("%s.probe.paths[%d]", field, j), "give an absolute container path, e.g. /run/hookbox", "%q is not absolute", pp)
+				}
+			}
 		case step.Fork != nil:
 			if step.Fork.Count <= 0 {
 				p.errf(diags, field+".fork.count", "give a positive count", "fork count must be positive")
@@ -536,7 +542,7 @@ func (p *Parsed) validateScript(diags *diagnostics, def *engineDef) {
 func (s ScriptStep) fieldsSet() int {
 	n := 0
 	for _, set := range []bool{s.Print != nil, s.Stderr != "", s.Sleep.Set, s.Write != nil, s.Hook != "",
-		s.Daemonize != nil, s.Allocate.Set, s.Fork != nil, s.EnvHash != "", len(s.Exec) > 0, s.Exit != nil} {
+		s.Daemonize != nil, s.Allocate.Set, s.Fork != nil, s.EnvHash != "", len(s.Exec) > 0, s.Probe != nil, s.Exit != nil} {
 		if set {
 			n++
 		}

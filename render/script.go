@@ -46,6 +46,9 @@ type ScriptStep struct {
 	EnvHash string `json:"env_hash,omitempty"`
 	// Exec runs a program and waits for it; its exit status is printed.
 	Exec []string `json:"exec,omitempty"`
+	// Probe prints one "probe" event: what the engine sees of its sandbox
+	// (package internal/probe).
+	Probe *ScriptProbe `json:"probe,omitempty"`
 	// Exit ends the engine with this code.
 	Exit *int `json:"exit,omitempty"`
 }
@@ -58,6 +61,11 @@ type ScriptHook struct {
 type ScriptWrite struct {
 	Path    string `json:"path"`
 	Content string `json:"content"`
+}
+
+type ScriptProbe struct {
+	Paths []string `json:"paths,omitempty"`
+	Dial  []string `json:"dial,omitempty"`
 }
 
 type ScriptDaemonize struct {

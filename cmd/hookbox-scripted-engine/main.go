@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"hookbox.dev/hookbox/internal/probe"
 	"hookbox.dev/hookbox/render"
 )
 
@@ -170,6 +171,8 @@ func (e *engine) step(s render.ScriptStep) (code int, exit bool) {
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		err := cmd.Run()
 		emit(map[string]any{"type": "exec", "argv": s.Exec, "exit_code": exitCode(err), "error": errText(err)})
+	case s.Probe != nil:
+		emit(probe.Run(s.Probe.Paths, s.Probe.Dial, []string{render.RunDir, render.TmpDir}, 2*time.Second))
 	case s.Exit != nil:
 		return *s.Exit, true
 	}

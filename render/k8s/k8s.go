@@ -390,6 +390,12 @@ func notReproduced(r *render.Render, cilium bool) []string {
 	if slices.ContainsFunc(r.Files, func(f render.File) bool { return len(f.Slots) > 0 }) {
 		notes = append(notes, "hook launch slots (the hooks get {run_id} and {run_dir} as written: no launcher fills them)")
 	}
+	// What every pod's container sees beyond the render (cluster/parity_test.go).
+	notes = append(notes,
+		"the runtime mounts the container's cgroups read-only at /sys/fs/cgroup (a hookbox run container has no cgroupfs)",
+		"the kubelet adds HOSTNAME and the kubernetes service's KUBERNETES_SERVICE_* and KUBERNETES_PORT* variables to the environment",
+		"nosuid and nodev on "+render.RunDir+", "+render.TmpDir+", "+render.WorkspaceDir+" and "+render.ConfigDir+", noexec on the last two (the kubelet mounts volumes ro or rw only)",
+		"supplementary groups: the runtime gives the process its group 65532 as a supplementary group too (hookbox run: none)")
 	if r.Network == render.NetworkAllowlist {
 		return append(notes, egressNotes(r.Egress, cilium)...)
 	}
