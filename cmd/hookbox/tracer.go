@@ -13,12 +13,13 @@ import (
 	"hookbox.dev/hookbox/tracehelper"
 )
 
-func newTracerCommand() *cobra.Command {
+func newTracerCommand(h *hostFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tracer",
 		Short: "The privileged exec tracer helper of rootless hookbox",
 	}
 	var socket string
+	var node nodeFlags
 	serve := &cobra.Command{
 		Use:   "serve",
 		Short: "As root: trace execs in their own cgroups for rootless hookbox runs",
@@ -31,7 +32,14 @@ owner); root gets no exception. One line per watch goes to stderr.
 
 Runs as root, typically from contrib/systemd/hookbox-tracer.service. If the
 tracer cannot load here, the helper keeps serving and refuses every watch
-with tracer-unavailable and the reason.`,
+with tracer-unavailable and the reason.
+
+--node runs the node agent instead (docs/node-agent.md): an NRI plugin of
+the node's containerd that arms the tracer on each hookbox pod's engine
+container before it starts, judges it against the pod's render (its
+ConfigMap's render.json, checked against hookbox.dev/render-sha256), and
+writes the signed record to the ConfigMap hookbox-verdict-<job> of the
+Job's namespace (hookbox k8s verdict JOB fetches and checks it).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !host.RealRoot() {
@@ -40,6 +48,9 @@ with tracer-unavailable and the reason.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			stderr := cmd.ErrOrStderr()
+			if node.on {
+				return serveNode(ctx, h, node, stderr)
+			}
 
 			l, err := tracehelper.Listen(socket)
 			if err != nil {
@@ -57,6 +68,7 @@ with tracer-unavailable and the reason.`,
 		},
 	}
 	serve.Flags().StringVar(&socket, "socket", tracehelper.SocketPath(), "unix socket to listen on")
+	node.add(serve)
 	cmd.AddCommand(serve)
 	return cmd
 }
