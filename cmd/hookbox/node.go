@@ -14,6 +14,7 @@ import (
 	"hookbox.dev/hookbox/internal/config"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/nodeagent"
+	"hookbox.dev/hookbox/render/k8s"
 	"hookbox.dev/hookbox/tracehelper"
 )
 
@@ -115,6 +116,39 @@ no verdict (yet).`,
 	v.Flags().StringVar(&keyFile, "key", "", "the node's public key (PEM) the attestation must be signed with")
 	v.Flags().StringVar(&dir, "out", "", "keep the fetched record in this directory (default: a temporary one)")
 	v.Flags().BoolVar(&jsonOut, "json", false, "print the check as JSON")
-	cmd.AddCommand(v)
+	cmd.AddCommand(v, newAgentManifestCommand())
+	return cmd
+}
+
+func newAgentManifestCommand() *cobra.Command {
+	var o k8s.AgentOptions
+	cmd := &cobra.Command{
+		Use:   "agent-manifest",
+		Short: "Print the node agent's DaemonSet, service account and RBAC",
+		Long: `Print, as YAML, the node agent's ServiceAccount, its ClusterRole (ConfigMaps:
+get, create, update; nothing else), one RoleBinding of it in each
+--job-namespace (and no ClusterRoleBinding), and the DaemonSet running
+hookbox tracer serve --node on every node (docs/node-agent.md says what
+each privilege is for).`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			objs, err := k8s.Agent(o)
+			if err != nil {
+				return usageError{err}
+			}
+			out, err := objs.Marshal()
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Image, "image", "", "the image holding the static hookbox at "+k8s.AgentProgram+" (hookbox image build's proxy image), NAME@sha256:<hex>")
+	f.StringVar(&o.Namespace, "namespace", "hookbox-system", "the agent's namespace")
+	f.StringSliceVar(&o.JobNamespaces, "job-namespace", nil, "a namespace whose Jobs the agent judges (repeatable)")
+	f.StringVar(&o.KeySecret, "key-secret", "", "the Secret holding the node key as attestation.key (default "+k8s.AgentName+"-key)")
+	f.StringVar(&o.NRISocket, "nri-socket", "", "containerd's NRI socket on the node (default /var/run/nri/nri.sock)")
 	return cmd
 }
