@@ -229,6 +229,8 @@ type jobSpec struct {
 	secrets map[string]string
 	// proxy builds a proxy image (the hookbox binary) for an allowlist.
 	proxy bool
+	// edit, when set, changes the rendered objects before they are applied.
+	edit func([]byte) []byte
 }
 
 // applySpec renders js.spec for the cluster, creates its namespace,
@@ -268,6 +270,9 @@ func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kuber
 	args := append([]string{"render", "--state-dir", stateDir, "--runfiles", "--format", "k8s", js.spec,
 		"--image", base, "--runfiles-image", runfiles, "--seed-image", seed, "--namespace", ns}, imageArgs...)
 	objects := run(t, hookbox, args...)
+	if js.edit != nil {
+		objects = js.edit(objects)
+	}
 	objectsFile := filepath.Join(t.TempDir(), "objects.yaml")
 	if err := os.WriteFile(objectsFile, objects, 0o644); err != nil {
 		t.Fatal(err)

@@ -36,11 +36,13 @@ const (
 	DefaultPluginIndex = "90"
 )
 
-// armBudget is how long the agent may take to arm before it replies to
-// StartContainer: NRI waits 2 s by default (api.DefaultPluginRequestTimeout)
-// and then starts the container without the reply. Past the budget the
-// container is judged unchecked (arm-late) whether or not the watch came up.
-const armBudget = 1500 * time.Millisecond
+// armShare is the part of NRI's request timeout (2 s by default,
+// api.DefaultPluginRequestTimeout; the runtime says its own at
+// registration) the agent may take to arm before it replies to
+// StartContainer: past the timeout the runtime starts the container
+// without the reply. Past the budget the container is judged unchecked
+// (arm-late) whether or not the watch came up.
+const armShare = 0.75
 
 // emptyWait bounds the wait for a container's cgroup to empty once its
 // init has exited (its pid namespace ends with it).
@@ -73,6 +75,11 @@ type Config struct {
 type Agent struct {
 	cfg Config
 
+	stub stub.Stub
+	// budget is how long StartContainer may take to arm (armShare of the
+	// runtime's request timeout).
+	budget time.Duration
+
 	mu     sync.Mutex
 	active map[string]*job // by container id
 	wg     sync.WaitGroup
@@ -95,7 +102,8 @@ func New(cfg Config) *Agent {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
-	return &Agent{cfg: cfg, active: map[string]*job{}, stopping: make(chan struct{})}
+	return &Agent{cfg: cfg, active: map[string]*job{}, stopping: make(chan struct{}),
+		budget: time.Duration(armShare * float64(api.DefaultPluginRequestTimeout))}
 }
 
 // Run connects to NRI and serves until ctx ends or the runtime closes the
@@ -106,6 +114,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("NRI plugin %s-%s: %w", a.cfg.PluginIndex, a.cfg.PluginName, err)
 	}
+	a.stub = s
 	err = s.Run(ctx)
 	close(a.stopping)
 	a.wg.Wait()
@@ -117,6 +126,15 @@ func (a *Agent) Run(ctx context.Context) error {
 
 func (a *Agent) logf(format string, args ...any) {
 	fmt.Fprintf(a.cfg.Log, "hookbox node agent: "+format+"\n", args...)
+}
+
+// Configure learns the runtime's request timeout at registration.
+func (a *Agent) Configure(_ context.Context, _, runtime, version string) (api.EventMask, error) {
+	if t := a.stub.RequestTimeout(); t > 0 {
+		a.budget = time.Duration(armShare * float64(t))
+	}
+	a.logf("registered with %s %s; arming budget %s", runtime, version, a.budget)
+	return 0, nil
 }
 
 // Synchronize: containers already running started before the agent could
@@ -135,6 +153,7 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 		j.unarmed(ReasonStartedBeforeAgent, "the container was running when the agent connected to NRI: its execs before that were not seen")
 		a.start(j)
 	}
+	a.logf("synchronized: %d pods, %d containers; judging hookbox pods' engine containers from now on", len(pods), len(ctrs))
 	return nil, nil
 }
 
@@ -145,13 +164,13 @@ func (a *Agent) StartContainer(ctx context.Context, p *api.PodSandbox, c *api.Co
 		return nil
 	}
 	began := time.Now()
-	actx, cancel := context.WithTimeout(ctx, armBudget)
+	actx, cancel := context.WithTimeout(ctx, a.budget)
 	defer cancel()
 	j := a.newJob(p, c)
 	a.arm(actx, j)
-	if j.watch != nil && time.Since(began) > armBudget {
+	if j.watch != nil && time.Since(began) > a.budget {
 		j.abandonWatch()
-		j.unarmed(ReasonArmLate, fmt.Sprintf("arming took %s, more than the %s the agent allows itself before NRI's request timeout", time.Since(began).Round(time.Millisecond), armBudget))
+		j.unarmed(ReasonArmLate, fmt.Sprintf("arming took %s, more than the %s the agent allows itself before NRI's request timeout", time.Since(began).Round(time.Millisecond), a.budget))
 	}
 	a.start(j)
 	return nil
