@@ -20,9 +20,9 @@ import (
 
 // nodeFlags are tracer serve's --node flags.
 type nodeFlags struct {
-	on                            bool
-	nri, pluginName, pluginIndex  string
-	kubeconfig, signingKey, state string
+	on                           bool
+	nri, pluginName, pluginIndex string
+	kubeconfig, signingKey       string
 }
 
 func (n *nodeFlags) add(cmd *cobra.Command) {
