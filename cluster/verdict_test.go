@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -164,8 +165,26 @@ func specPath(t *testing.T, rel string) string {
 	return p
 }
 
-// TestVerdictTwoJobsAtOnce runs examples/hello.yaml and
-// testdata/undeclared.yaml at the same time on the node: hello's verdict is
+// TestVerdictHelloConfirmed runs examples/hello.yaml with the node agent
+// on: its verdict, fetched and verified with hookbox k8s verdict, is
+// confirmed, signed by the agent's key.
+func TestVerdictHelloConfirmed(t *testing.T) {
+	l, client := requireCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	keyDir, pub := agentKey(t, repoBin(t, "hookbox"))
+	startAgent(t, l, keyDir, fmt.Sprintf("hookbox-test-hello-%d", os.Getpid()))
+
+	j := applySpec(ctx, t, l, client, jobSpec{spec: specPath(t, "../examples/hello.yaml"), workspace: exampleWorkspace(t)})
+	waitForJob(ctx, t, client, j.ns, j.name)
+	c, code := waitVerdict(ctx, t, l, client, j, pub)
+	if c.Status != "confirmed" || code != 0 {
+		t.Errorf("hello: verdict %s %v (exit %d), want confirmed (exit 0)", c.Status, c.Reasons, code)
+	}
+}
+
+// TestVerdictTwoJobsAtOnce runs testdata/slow.yaml (its engine sleeps 15 s)
+// and, while it runs, testdata/undeclared.yaml: slow's verdict is
 // confirmed, undeclared's is mismatch with the diff naming the undeclared
 // /usr/bin/touch, and neither trace holds the other's execs.
 func TestVerdictTwoJobsAtOnce(t *testing.T) {
@@ -175,14 +194,20 @@ func TestVerdictTwoJobsAtOnce(t *testing.T) {
 	keyDir, pub := agentKey(t, repoBin(t, "hookbox"))
 	startAgent(t, l, keyDir, fmt.Sprintf("hookbox-test-two-%d", os.Getpid()))
 
-	hello := applySpec(ctx, t, l, client, jobSpec{spec: specPath(t, "../examples/hello.yaml"), workspace: exampleWorkspace(t)})
+	slow := applySpec(ctx, t, l, client, jobSpec{spec: specPath(t, "testdata/slow.yaml"), workspace: exampleWorkspace(t)})
+	waitEngineRunning(ctx, t, client, slow)
 	undeclared := applySpec(ctx, t, l, client, jobSpec{spec: specPath(t, "testdata/undeclared.yaml"), workspace: exampleWorkspace(t)})
-	waitForJob(ctx, t, client, hello.ns, hello.name)
 	waitForJob(ctx, t, client, undeclared.ns, undeclared.name)
+	waitForJob(ctx, t, client, slow.ns, slow.name)
+	// The two engines ran at the same time on the node.
+	slowEngine, undeclaredEngine := engineState(ctx, t, client, slow), engineState(ctx, t, client, undeclared)
+	if !slowEngine.FinishedAt.After(undeclaredEngine.StartedAt.Time) || !undeclaredEngine.FinishedAt.After(slowEngine.StartedAt.Time) {
+		t.Fatalf("the engines did not overlap: slow %s-%s, undeclared %s-%s", slowEngine.StartedAt, slowEngine.FinishedAt, undeclaredEngine.StartedAt, undeclaredEngine.FinishedAt)
+	}
 
-	c, code := waitVerdict(ctx, t, l, client, hello, pub)
+	c, code := waitVerdict(ctx, t, l, client, slow, pub)
 	if c.Status != "confirmed" || code != 0 {
-		t.Errorf("hello: verdict %s %v (exit %d), want confirmed (exit 0)", c.Status, c.Reasons, code)
+		t.Errorf("slow: verdict %s %v (exit %d), want confirmed (exit 0)", c.Status, c.Reasons, code)
 	}
 	c, code = waitVerdict(ctx, t, l, client, undeclared, pub)
 	if c.Status != "mismatch" || code != 124 || !slices.Contains(c.Reasons, "unexpected-exec") {
@@ -195,19 +220,34 @@ func TestVerdictTwoJobsAtOnce(t *testing.T) {
 	if !found {
 		t.Errorf("undeclared: no diff names /usr/bin/touch: %+v", c.Diffs)
 	}
-	// No cross-attribution: hello's trace has no touch, undeclared's no printf.
+	// No cross-attribution: each trace holds its own engine's prompt and
+	// not the other's, and only undeclared's has the touch.
 	for _, tc := range []struct {
-		j      specJob
-		absent string
-	}{{hello, "/usr/bin/touch"}, {undeclared, "/usr/bin/printf"}} {
+		j             specJob
+		own, other    string
+		touchExpected bool
+	}{{slow, `"Sleep."`, `"Touch a file."`, false}, {undeclared, `"Touch a file."`, `"Sleep."`, true}} {
 		cm, err := client.CoreV1().ConfigMaps(tc.j.ns).Get(ctx, "hookbox-verdict-"+tc.j.name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(cm.Data["trace.jsonl"], tc.absent) {
-			t.Errorf("%s's trace holds %s, an exec of the other Job:\n%s", tc.j.name, tc.absent, cm.Data["trace.jsonl"])
+		trace := cm.Data["trace.jsonl"]
+		if !strings.Contains(trace, tc.own) || strings.Contains(trace, tc.other) || strings.Contains(trace, "/usr/bin/touch") != tc.touchExpected {
+			t.Errorf("%s's trace is not its own alone:\n%s", tc.j.name, trace)
 		}
 	}
+}
+
+// engineState is the terminated state of the Job's engine container.
+func engineState(ctx context.Context, t *testing.T, client kubernetes.Interface, j specJob) *corev1.ContainerStateTerminated {
+	t.Helper()
+	for _, s := range j.pod(ctx, t, client).Status.ContainerStatuses {
+		if s.Name == "engine" && s.State.Terminated != nil {
+			return s.State.Terminated
+		}
+	}
+	t.Fatalf("the engine of %s has not terminated", j.name)
+	return nil
 }
 
 // TestVerdictAlteredRenderIsRefused changes the ConfigMap's render.json
