@@ -183,7 +183,7 @@ func TestVerdictHelloConfirmed(t *testing.T) {
 	}
 }
 
-// TestVerdictTwoJobsAtOnce runs testdata/slow.yaml (its engine sleeps 15 s)
+// TestVerdictTwoJobsAtOnce runs testdata/slow.yaml (its engine sleeps 45 s)
 // and, while it runs, testdata/undeclared.yaml: slow's verdict is
 // confirmed, undeclared's is mismatch with the diff naming the undeclared
 // /usr/bin/touch, and neither trace holds the other's execs.
