@@ -7,8 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +21,7 @@ import (
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/render"
 	"hookbox.dev/hookbox/render/k8s"
+	"hookbox.dev/hookbox/render/verify"
 	"hookbox.dev/hookbox/tracehelper"
 )
 
@@ -28,6 +32,28 @@ import (
 // confirmed: its first exec, the engine, was seen. It needs root and BPF
 // (HOOKBOX_INTEGRATION=1), and fails rather than skips when asked for.
 func TestStartContainerArmsBeforeTheFirstExec(t *testing.T) {
+	res, trace := hostContainer(t, false)
+	if res.Trace.Status != "confirmed" || res.Trace.Events != 1 {
+		t.Fatalf("verdict %s %v with %d events, want confirmed with the engine's exec\n%s", res.Trace.Status, res.Trace.Reasons, res.Trace.Events, trace)
+	}
+}
+
+// TestAgentStoppedWhileAContainerRuns: an agent that stops while the
+// container it traces still runs delivers its verdict without the trace's
+// stats line: unchecked (trace-incomplete), although every exec it saw was
+// planned.
+func TestAgentStoppedWhileAContainerRuns(t *testing.T) {
+	res, trace := hostContainer(t, true)
+	if res.Trace.Status != "unchecked" || !slices.Contains(res.Trace.Reasons, verify.ReasonTraceIncomplete) {
+		t.Fatalf("verdict %s %v, want unchecked with %s\n%s", res.Trace.Status, res.Trace.Reasons, verify.ReasonTraceIncomplete, trace)
+	}
+}
+
+// hostContainer runs the engine as a container of a hookbox pod would and
+// returns the verdict the agent delivered and its trace; with stop, the
+// agent stops once the engine has run but before the process exits.
+func hostContainer(t *testing.T, stop bool) (launcher.Result, string) {
+	t.Helper()
 	if os.Getenv("HOOKBOX_INTEGRATION") != "1" {
 		t.Skip("needs root and BPF: HOOKBOX_INTEGRATION=1")
 	}
@@ -59,8 +85,19 @@ func TestStartContainerArmsBeforeTheFirstExec(t *testing.T) {
 	}
 
 	// sh was exec'd before the watch, as runc init is; its exec of the
-	// engine waits for a line on stdin.
-	cmd := exec.Command("/bin/sh", "-c", "read x; exec "+engine)
+	// engine waits for a line on stdin. With stop the engine is sh itself
+	// (its exec of sh is the first event) and it waits for a second line.
+	script := "read x; exec " + engine
+	if stop {
+		engine = "/bin/sh"
+		r.Engine.Exec = render.Exec{Path: engine, Argv: []string{engine, "-c", "read y"}}
+		r.Programs = []render.Program{{Path: engine, HostPath: engine, Roles: []string{render.RoleEngine}}}
+		if digest, canonical, err = r.Digest(); err != nil {
+			t.Fatal(err)
+		}
+		script = "read x; exec /bin/sh -c 'read y'"
+	}
+	cmd := exec.Command("/bin/sh", "-c", script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	release, err := cmd.StdinPipe()
 	if err != nil {
@@ -85,8 +122,18 @@ func TestStartContainerArmsBeforeTheFirstExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	release.Write([]byte("go\n"))
+	if stop {
+		// The engine's exec is in the ring once its process reads again.
+		for !strings.Contains(readFile(t, fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)), "read y") {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		close(a.stopping)
+		a.wg.Wait()
+	}
 	release.Close()
-	if err := cmd.Wait(); err != nil {
+	// With stop, read y meets the end of its input: exit 1.
+	if err := cmd.Wait(); err != nil && !stop {
 		t.Fatal(err)
 	}
 	a.wg.Wait()
@@ -97,7 +144,14 @@ func TestStartContainerArmsBeforeTheFirstExec(t *testing.T) {
 	if err := json.Unmarshal([]byte(kube.puts[0].Data[launcher.ResultFile]), &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Trace.Status != "confirmed" || res.Trace.Events != 1 {
-		t.Fatalf("verdict %s %v with %d events, want confirmed with the engine's exec\n%s", res.Trace.Status, res.Trace.Reasons, res.Trace.Events, kube.puts[0].Data[launcher.TraceFile])
+	return res, kube.puts[0].Data[launcher.TraceFile]
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return string(b)
 }
