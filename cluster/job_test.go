@@ -176,6 +176,8 @@ type jobSpec struct {
 	// proxy says the spec has an allowlist: render --build must have
 	// built the proxy image (the hookbox binary) for its sidecar.
 	proxy bool
+	// edit, when set, changes the rendered objects before they are applied.
+	edit func([]byte) []byte
 }
 
 // applySpec renders js.spec for the cluster with `hookbox render --format
@@ -235,6 +237,9 @@ func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kuber
 	}
 	if js.proxy != (len(built["proxy"]) > 0) {
 		t.Fatalf("jobSpec.proxy is %v but hookbox render --build built proxy images %v", js.proxy, built["proxy"])
+	}
+	if js.edit != nil {
+		objects = js.edit(objects)
 	}
 	kubectlApply(ctx, t, l, objects)
 	j := specJob{ns: ns, objects: objects}

@@ -76,7 +76,15 @@ func (x *execution) attest() {
 }
 
 func (x *execution) writeAttestation() error {
-	p, subjects, err := predicateOf(x.dir, x.r, x.result, x.opts.Version)
+	return WriteAttestation(context.WithoutCancel(x.ctx), x.dir, x.r, x.result, x.opts.Signer, x.opts.Version)
+}
+
+// WriteAttestation writes dir's attestation.dsse.json: the statement over
+// the sealed record (res as written to result.json, its record section
+// filled) and render r, signed when signer is not nil. A run writes its
+// own this way, and so does the node agent for a pod it judged.
+func WriteAttestation(ctx context.Context, dir string, r *render.Render, res *Result, signer *attest.Signer, version string) error {
+	p, subjects, err := predicateOf(dir, r, res, version)
 	if err != nil {
 		return err
 	}
@@ -85,12 +93,12 @@ func (x *execution) writeAttestation() error {
 		return err
 	}
 	env := attest.Unsigned(payload)
-	if s := x.opts.Signer; s != nil {
-		if env, err = s.Sign(context.WithoutCancel(x.ctx), payload); err != nil {
-			return fmt.Errorf("sign the attestation with %s: %w", s.Path(), err)
+	if signer != nil {
+		if env, err = signer.Sign(ctx, payload); err != nil {
+			return fmt.Errorf("sign the attestation with %s: %w", signer.Path(), err)
 		}
 	}
-	return writeJSON(filepath.Join(x.dir, attest.File), env, 0o644)
+	return writeJSON(filepath.Join(dir, attest.File), env, 0o644)
 }
 
 // predicateOf is the predicate and subjects a sealed record gives: res is

@@ -148,31 +148,11 @@ func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) er
 		}
 		return nil
 	}
-	root := "/proc/" + strconv.Itoa(initPID) + "/root"
-	t.ids = verify.FileIdentities{}
-	// Enforce lets run only what the render plans to exec: the init, the
-	// engine, the hook programs and shells, and trace.allow. Other tools are
-	// runfiles (hooks may need them as libraries or data) but may not be
-	// exec'd.
-	var allowed []ebpf.FileID
-	if x.r.Init != nil {
-		id, err := ebpf.FileIdentityIn(root, x.r.Init.Path)
-		if err != nil {
-			return fmt.Errorf("identity of the init %s in the container: %w", x.r.Init.Path, err)
-		}
-		t.ids[x.r.Init.Path] = verify.FileID{Dev: id.Dev, Ino: id.Ino}
-		allowed = append(allowed, id)
+	ids, allowed, err := ProgramIdentities("/proc/"+strconv.Itoa(initPID)+"/root", x.r)
+	if err != nil {
+		return err
 	}
-	for _, p := range x.r.Programs {
-		id, err := ebpf.FileIdentityIn(root, p.Path)
-		if err != nil {
-			return fmt.Errorf("identity of %s in the container: %w", p.Path, err)
-		}
-		t.ids[p.Path] = verify.FileID{Dev: id.Dev, Ino: id.Ino}
-		if mayExec(x.r, p) {
-			allowed = append(allowed, id)
-		}
-	}
+	t.ids = ids
 	if err := writeJSON(filepath.Join(x.dir, IdentitiesFile), t.ids, 0o644); err != nil {
 		return err
 	}
@@ -197,6 +177,37 @@ func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) er
 	t.consumed.Add(1)
 	go x.consumeTrace()
 	return nil
+}
+
+// ProgramIdentities computes the identity of every program of r as the
+// container whose root is root (/proc/<pid>/root of its init) sees it, and
+// the identities enforce lets run: only what the render plans to exec (the
+// init, the engine, the hook programs and shells, and trace.allow). Other
+// tools are runfiles (hooks may need them as libraries or data) but may
+// not be exec'd. The launcher and the node agent (nodeagent) both arm
+// with it.
+func ProgramIdentities(root string, r *render.Render) (verify.FileIdentities, []ebpf.FileID, error) {
+	ids := verify.FileIdentities{}
+	var allowed []ebpf.FileID
+	if r.Init != nil {
+		id, err := ebpf.FileIdentityIn(root, r.Init.Path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("identity of the init %s in the container: %w", r.Init.Path, err)
+		}
+		ids[r.Init.Path] = verify.FileID{Dev: id.Dev, Ino: id.Ino}
+		allowed = append(allowed, id)
+	}
+	for _, p := range r.Programs {
+		id, err := ebpf.FileIdentityIn(root, p.Path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("identity of %s in the container: %w", p.Path, err)
+		}
+		ids[p.Path] = verify.FileID{Dev: id.Dev, Ino: id.Ino}
+		if mayExec(r, p) {
+			allowed = append(allowed, id)
+		}
+	}
+	return ids, allowed, nil
 }
 
 // mayExec: the render plans an exec of p.
@@ -261,15 +272,7 @@ func (x *execution) stopTrace() {
 		// process_vm_*, but not /proc/<pid>/mem (docs/threat-model.md).
 		x.result.Degraded = append(x.result.Degraded, ReasonPtraceDenialUnavailable)
 	}
-	line := traceStatsLine{Kind: traceStatsKind, Stats: stats, Incomplete: stats.Incomplete()}
-	if err != nil {
-		line.StopError = err.Error()
-	}
-	if t.unwritten > 0 {
-		line.Unwritten = t.unwritten
-	}
-	statsLine, _ := json.Marshal(line)
-	t.out.Write(append(statsLine, '\n'))
+	t.out.Write(TraceStatsLine(stats, err, t.unwritten))
 	t.writeErr = errors.Join(t.out.Flush(), t.file.Close())
 }
 
@@ -378,6 +381,19 @@ func reverify(recordDir string, r *render.Render, res *Result) (verify.Verdict, 
 		return verify.Verdict{}, err
 	}
 	return verify.Verify(r, "", events, stats, ids, res.Slots), nil
+}
+
+// TraceStatsLine is trace.jsonl's final line, newline included, for a
+// watch that ended with stats and stopErr; unwritten counts delivered
+// events that could not be encoded (ReadTrace checks the record against
+// it).
+func TraceStatsLine(stats ebpf.Stats, stopErr error, unwritten int) []byte {
+	line := traceStatsLine{Kind: traceStatsKind, Stats: stats, Incomplete: stats.Incomplete(), Unwritten: unwritten}
+	if stopErr != nil {
+		line.StopError = stopErr.Error()
+	}
+	b, _ := json.Marshal(line)
+	return append(b, '\n')
 }
 
 // traceStatsKind is the kind of trace.jsonl's final line.

@@ -44,8 +44,8 @@ func newRootCommand() *cobra.Command {
 	pf.StringVar(&h.stateDir, "state-dir", "", "run records and the managed containerd (default /var/lib/hookbox as root, else $XDG_STATE_HOME/hookbox); also the runfiles store unless --cache-dir is given")
 	pf.StringVar(&h.cacheDir, "cache-dir", "", "runfiles store (default --state-dir if given, else /var/cache/hookbox as root, else $XDG_CACHE_HOME/hookbox)")
 	pf.StringVar(&h.address, "address", "", "containerd socket (default $HOOKBOX_CONTAINERD_ADDRESS, then /run/containerd/containerd.sock, else a managed containerd)")
-	root.AddCommand(newRenderCommand(h), newRootlessCommand(), newTracerCommand(), newEgressCommand(), newRunCommand(h), newVerifyCommand(h), newGCCommand(h), newPsCommand(h), newLogsCommand(h),
-		newDoctorCommand(h), newDaemonCommand(h), newSchemaCommand(), newImageCommand(h), newKeyCommand(), newVersionCommand())
+	root.AddCommand(newRenderCommand(h), newRootlessCommand(), newTracerCommand(h), newEgressCommand(), newRunCommand(h), newVerifyCommand(h), newGCCommand(h), newPsCommand(h), newLogsCommand(h),
+		newDoctorCommand(h), newDaemonCommand(h), newSchemaCommand(), newImageCommand(h), newKeyCommand(), newK8sCommand(), newVersionCommand())
 	return root
 }
 

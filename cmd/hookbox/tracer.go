@@ -18,7 +18,7 @@ import (
 	"hookbox.dev/hookbox/tracehelper"
 )
 
-func newTracerCommand() *cobra.Command {
+func newTracerCommand(h *hostFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tracer",
 		Short: "The privileged exec tracer helper of rootless hookbox",
@@ -26,6 +26,7 @@ func newTracerCommand() *cobra.Command {
 	var socket, managedDir string
 	var managed bool
 	var idle time.Duration
+	var node nodeFlags
 	serve := &cobra.Command{
 		Use:   "serve",
 		Short: "As root: trace execs in their own cgroups for rootless hookbox runs",
@@ -47,7 +48,14 @@ peers only, and requests must name this build's tracer key (the hash of
 its BPF objects and protocol version; DIR is <runtime dir>/tracer/<key>).
 It loads the tracer after it listens, exits after --idle-timeout with no
 connection, on SIGTERM, and on SIGUSR1 when idle (hookbox gc). Not meant
-to be started by hand.`,
+to be started by hand.
+
+--node runs the node agent instead (docs/node-agent.md): an NRI plugin of
+the node's containerd that arms the tracer on each hookbox pod's engine
+container before it starts, judges it against the pod's render (its
+ConfigMap's render.json, checked against hookbox.dev/render-sha256), and
+writes the signed record to the ConfigMap hookbox-verdict-<job> of the
+Job's namespace (hookbox k8s verdict JOB fetches and checks it).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !host.RealRoot() {
@@ -56,6 +64,9 @@ to be started by hand.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			stderr := cmd.ErrOrStderr()
+			if node.on {
+				return serveNode(ctx, h, node, stderr)
+			}
 
 			if managed {
 				return serveManaged(ctx, stderr, managedDir, idle)
@@ -79,6 +90,7 @@ to be started by hand.`,
 	serve.Flags().BoolVar(&managed, "managed", false, "serve as the managed tracer of root's hookbox runs, in --dir (hookbox starts it)")
 	serve.Flags().StringVar(&managedDir, "dir", "", "with --managed: the tracer's directory, <runtime dir>/tracer/<key>")
 	serve.Flags().DurationVar(&idle, "idle-timeout", tracehelper.DefaultIdleTimeout, "with --managed: exit after this long with no connection")
+	node.add(serve)
 	cmd.AddCommand(serve)
 	return cmd
 }

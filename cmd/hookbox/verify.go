@@ -64,29 +64,34 @@ that changed); else 124 for mismatch, 119 for unchecked.`,
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if jsonOut {
-				if err := json.NewEncoder(out).Encode(c); err != nil {
-					return err
-				}
-			} else {
-				printCheck(out, dir, c)
-			}
-			switch {
-			case len(c.Problems) > 0:
-				return exitError{exitRefused, fmt.Sprintf("the record does not verify (%d problem(s))", len(c.Problems))}
-			case c.Status == verify.StatusConfirmed:
-				return nil
-			case c.Status == verify.StatusMismatch:
-				return exitError{exitMismatch, "verdict: mismatch"}
-			}
-			return exitError{exitUnchecked, "verdict: unchecked"}
+			return reportCheck(cmd, dir, c, jsonOut)
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the check as JSON")
 	cmd.Flags().StringVar(&attestation, "attestation", "", "the attestation to check (default RUN_DIR/"+attest.File+" when --key is given)")
 	cmd.Flags().StringVar(&keyFile, "key", "", "the public key the attestation must be signed with (PEM; hookbox key show prints a host's)")
 	return cmd
+}
+
+// reportCheck prints a record check and exits as its verdict says.
+func reportCheck(cmd *cobra.Command, dir string, c *launcher.RecordCheck, jsonOut bool) error {
+	out := cmd.OutOrStdout()
+	if jsonOut {
+		if err := json.NewEncoder(out).Encode(c); err != nil {
+			return err
+		}
+	} else {
+		printCheck(out, dir, c)
+	}
+	switch {
+	case len(c.Problems) > 0:
+		return exitError{exitRefused, fmt.Sprintf("the record does not verify (%d problem(s))", len(c.Problems))}
+	case c.Status == verify.StatusConfirmed:
+		return nil
+	case c.Status == verify.StatusMismatch:
+		return exitError{exitMismatch, "verdict: mismatch"}
+	}
+	return exitError{exitUnchecked, "verdict: unchecked"}
 }
 
 // checkOptions resolve --attestation and --key: either asks for the
