@@ -2,7 +2,6 @@ package tracehelper
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"hookbox.dev/hookbox/internal/testenv"
 
 	"golang.org/x/sys/unix"
 
@@ -93,28 +94,10 @@ func (w *fakeWatch) isStopped() bool {
 	}
 }
 
-// syncBuffer is a log the test reads while the server writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type harness struct {
 	sock   string
 	srv    *Server
-	log    *syncBuffer
+	log    *testenv.SyncBuffer
 	cancel context.CancelFunc
 	served chan error
 }
@@ -147,7 +130,7 @@ func fakeOwner(owner uint32) func(int) (cgroupDir, error) {
 // adjust the server before it serves.
 func startServer(t *testing.T, tr Tracer, setup func(*Server)) *harness {
 	t.Helper()
-	h := &harness{sock: filepath.Join(shortTempDir(t), "s.sock"), log: &syncBuffer{}, served: make(chan error, 1)}
+	h := &harness{sock: filepath.Join(shortTempDir(t), "s.sock"), log: &testenv.SyncBuffer{}, served: make(chan error, 1)}
 	h.srv = NewServer(tr, h.log)
 	h.srv.inspect = fakeOwner(uint32(os.Getuid()))
 	if setup != nil {
@@ -286,7 +269,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // waitLog waits for the log to contain s (the server logs after replying).
-func waitLog(t *testing.T, log *syncBuffer, s string) string {
+func waitLog(t *testing.T, log *testenv.SyncBuffer, s string) string {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(log.String(), s) {
