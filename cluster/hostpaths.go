@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,11 +56,8 @@ func removeHostPaths(l Layout) error {
 			remove(p)
 		}
 	}
-	results, _ := os.ReadDir("/var/lib/cni/results")
-	for _, e := range results {
-		if strings.HasPrefix(e.Name(), cniNetwork+"-") {
-			remove(filepath.Join("/var/lib/cni/results", e.Name()))
-		}
+	for _, p := range clusterCNIResults("/var/lib/cni/results", clusterSandboxes(l)) {
+		remove(p)
 	}
 	b, err := os.ReadFile(l.createdHostPaths())
 	if errors.Is(err, os.ErrNotExist) {
@@ -78,4 +77,60 @@ func removeHostPaths(l Layout) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cniCacheEntry is the part of a libcni result cache file that says whose
+// it is.
+type cniCacheEntry struct {
+	ContainerID string `json:"containerId"`
+	NetworkName string `json:"networkName"`
+}
+
+// clusterCNIResults lists the result cache files in dir that belong to
+// the cluster: those of its pod network, and those of any network (the
+// CRI's own loopback, cni-loopback) for a pod sandbox of the cluster —
+// one named in sandboxes, or one that has a result on the pod network.
+// A cluster whose pods were torn down leaves none; one whose daemons were
+// killed leaves both kinds, and a directory up created must end empty.
+func clusterCNIResults(dir string, sandboxes map[string]bool) []string {
+	entries, _ := os.ReadDir(dir)
+	owned := maps.Clone(sandboxes)
+	if owned == nil {
+		owned = map[string]bool{}
+	}
+	parsed := map[string]cniCacheEntry{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var c cniCacheEntry
+		if json.Unmarshal(b, &c) != nil {
+			continue
+		}
+		parsed[e.Name()] = c
+		if c.NetworkName == cniNetwork && c.ContainerID != "" {
+			owned[c.ContainerID] = true
+		}
+	}
+	var mine []string
+	for _, e := range entries {
+		c, ok := parsed[e.Name()]
+		if ok && (c.NetworkName == cniNetwork || owned[c.ContainerID]) {
+			mine = append(mine, filepath.Join(dir, e.Name()))
+		}
+	}
+	return mine
+}
+
+// clusterSandboxes is the set of pod sandbox ids the cluster's containerd
+// keeps a directory for, read from its root (still there when down runs
+// after the daemons were killed).
+func clusterSandboxes(l Layout) map[string]bool {
+	entries, _ := os.ReadDir(filepath.Join(l.ContainerdRoot(), "io.containerd.grpc.v1.cri", "sandboxes"))
+	ids := map[string]bool{}
+	for _, e := range entries {
+		ids[e.Name()] = true
+	}
+	return ids
 }
