@@ -188,11 +188,6 @@ func TestVerdictHelloConfirmed(t *testing.T) {
 // confirmed, undeclared's is mismatch with the diff naming the undeclared
 // /usr/bin/touch, and neither trace holds the other's execs.
 func TestVerdictTwoJobsAtOnce(t *testing.T) {
-	// Known failure, not yet fixed (issue 19): on the cluster the
-	// undeclared Job came out confirmed, its /usr/bin/touch matched by an
-	// allow rule, so testdata/undeclared.yaml does not yet make touch
-	// undeclared in the render --build path.
-	t.Skip("known failure (issue 19): undeclared.yaml's touch is allowed by its render; the fixture needs fixing")
 	l, client := requireCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
@@ -287,10 +282,6 @@ func TestVerdictAlteredRenderIsRefused(t *testing.T) {
 // is unchecked (its execs while no agent ran may be missing), never
 // confirmed.
 func TestVerdictAgentRestartedWhileAJobRuns(t *testing.T) {
-	// Known failure, not yet fixed (issue 19): the restarted agent logs
-	// the running container as unchecked (started-before-agent) but writes
-	// no verdict ConfigMap for it, so the test waits out its 5 minutes.
-	t.Skip("known failure (issue 19): the agent writes no verdict ConfigMap for a container started before it")
 	l, client := requireCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

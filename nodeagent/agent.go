@@ -139,7 +139,7 @@ func (a *Agent) Configure(_ context.Context, _, runtime, version string) (api.Ev
 
 // Synchronize: containers already running started before the agent could
 // arm, whatever ran in them before: their verdict is unchecked.
-func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+func (a *Agent) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	byID := map[string]*api.PodSandbox{}
 	for _, p := range pods {
 		byID[p.Id] = p
@@ -151,6 +151,13 @@ func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*a
 		}
 		j := a.newJob(p, c)
 		j.unarmed(ReasonStartedBeforeAgent, "the container was running when the agent connected to NRI: its execs before that were not seen")
+		// Its record still gets the render and the container's exit, so
+		// that the Job gets an unchecked verdict rather than none.
+		if a.prepare(j) {
+			rctx, cancel := context.WithTimeout(ctx, a.budget)
+			a.readRender(rctx, j)
+			cancel()
+		}
 		a.start(j)
 	}
 	a.logf("synchronized: %d pods, %d containers; judging hookbox pods' engine containers from now on", len(pods), len(ctrs))
@@ -235,20 +242,7 @@ func (j *job) unarmed(reason, detail string) {
 // arm reads the render, checks it, and watches the container's cgroup.
 // Whatever fails leaves j unarmed with the reason.
 func (a *Agent) arm(ctx context.Context, j *job) {
-	if err := os.RemoveAll(j.dir); err != nil {
-		j.unarmed(ReasonArmFailed, err.Error())
-		return
-	}
-	if err := os.MkdirAll(j.dir, 0o755); err != nil {
-		j.unarmed(ReasonArmFailed, err.Error())
-		return
-	}
-	if j.pid > 0 {
-		if proc, err := cgroup.OpenProcess(j.pid, 0); err == nil {
-			j.proc = proc
-		}
-	}
-	if !a.readRender(ctx, j) {
+	if !a.prepare(j) || !a.readRender(ctx, j) {
 		return
 	}
 	if a.cfg.Tracer == nil {
@@ -307,6 +301,26 @@ func (a *Agent) arm(ctx context.Context, j *job) {
 	j.watch, j.file, j.out = w, f, bufio.NewWriterSize(f, 256<<10)
 	j.consumed.Add(1)
 	go j.consume()
+}
+
+// prepare makes j's record directory, empty, and holds the container's
+// init so that its end and exit status are seen; false when the directory
+// cannot be made.
+func (a *Agent) prepare(j *job) bool {
+	if err := os.RemoveAll(j.dir); err != nil {
+		j.unarmed(ReasonArmFailed, err.Error())
+		return false
+	}
+	if err := os.MkdirAll(j.dir, 0o755); err != nil {
+		j.unarmed(ReasonArmFailed, err.Error())
+		return false
+	}
+	if j.pid > 0 {
+		if proc, err := cgroup.OpenProcess(j.pid, 0); err == nil {
+			j.proc = proc
+		}
+	}
+	return true
 }
 
 // readRender reads the Job's render from its ConfigMap into the record and

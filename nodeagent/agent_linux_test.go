@@ -32,7 +32,7 @@ import (
 // confirmed: its first exec, the engine, was seen. It needs root and BPF
 // (HOOKBOX_INTEGRATION=1), and fails rather than skips when asked for.
 func TestStartContainerArmsBeforeTheFirstExec(t *testing.T) {
-	res, trace := hostContainer(t, false)
+	res, trace := hostContainer(t, hostCase{})
 	if res.Trace.Status != "confirmed" || res.Trace.Events != 1 {
 		t.Fatalf("verdict %s %v with %d events, want confirmed with the engine's exec\n%s", res.Trace.Status, res.Trace.Reasons, res.Trace.Events, trace)
 	}
@@ -43,16 +43,35 @@ func TestStartContainerArmsBeforeTheFirstExec(t *testing.T) {
 // stats line: unchecked (trace-incomplete), although every exec it saw was
 // planned.
 func TestAgentStoppedWhileAContainerRuns(t *testing.T) {
-	res, trace := hostContainer(t, true)
+	res, trace := hostContainer(t, hostCase{stop: true})
 	if res.Trace.Status != "unchecked" || !slices.Contains(res.Trace.Reasons, verify.ReasonTraceIncomplete) {
 		t.Fatalf("verdict %s %v, want unchecked with %s\n%s", res.Trace.Status, res.Trace.Reasons, verify.ReasonTraceIncomplete, trace)
 	}
 }
 
+// TestContainerRunningWhenTheAgentConnects: a container already running
+// when the agent registers (an agent restarted while a Job runs) gets a
+// verdict when it ends — unchecked, started-before-agent, with its exit
+// code — not none.
+func TestContainerRunningWhenTheAgentConnects(t *testing.T) {
+	res, trace := hostContainer(t, hostCase{late: true})
+	want := "tracer-unavailable:" + ReasonStartedBeforeAgent
+	if res.Trace.Status != "unchecked" || !slices.Contains(res.Trace.Reasons, want) || res.ExitCode == nil || *res.ExitCode != 0 {
+		t.Fatalf("verdict %s %v (exit %v), want unchecked with %s and exit 0\n%s", res.Trace.Status, res.Trace.Reasons, res.ExitCode, want, trace)
+	}
+	if res.Spawn != "host" {
+		t.Errorf("spawn %q, want the render's (host)", res.Spawn)
+	}
+}
+
+// hostCase: stop, the agent stops once the engine has run but before the
+// process exits; late, the agent learns of the container from
+// Synchronize while it runs, not from StartContainer.
+type hostCase struct{ stop, late bool }
+
 // hostContainer runs the engine as a container of a hookbox pod would and
-// returns the verdict the agent delivered and its trace; with stop, the
-// agent stops once the engine has run but before the process exits.
-func hostContainer(t *testing.T, stop bool) (launcher.Result, string) {
+// returns the verdict the agent delivered and its trace.
+func hostContainer(t *testing.T, hc hostCase) (launcher.Result, string) {
 	t.Helper()
 	if os.Getenv("HOOKBOX_INTEGRATION") != "1" {
 		t.Skip("needs root and BPF: HOOKBOX_INTEGRATION=1")
@@ -88,7 +107,7 @@ func hostContainer(t *testing.T, stop bool) (launcher.Result, string) {
 	// engine waits for a line on stdin. With stop the engine is sh itself
 	// (its exec of sh is the first event) and it waits for a second line.
 	script := "read x; exec " + engine
-	if stop {
+	if hc.stop {
 		engine = "/bin/sh"
 		r.Engine.Exec = render.Exec{Path: engine, Argv: []string{engine, "-c", "read y"}}
 		r.Programs = []render.Program{{Path: engine, HostPath: engine, Roles: []string{render.RoleEngine}}}
@@ -118,11 +137,16 @@ func hostContainer(t *testing.T, stop bool) (launcher.Result, string) {
 	pod := &api.PodSandbox{Id: "p", Name: "job-x", Uid: "uid", Namespace: "ns",
 		Labels: map[string]string{"batch.kubernetes.io/job-name": "job"}, Annotations: map[string]string{k8s.AnnotationRenderSHA256: digest[len("sha256:"):]}}
 	ctr := &api.Container{Id: "c0123456789abcdef", Name: k8s.EngineContainer, Pid: uint32(cmd.Process.Pid), Linux: &api.LinuxContainer{CgroupsPath: cgPath}}
-	if err := a.StartContainer(context.Background(), pod, ctr); err != nil {
+	if hc.late {
+		ctr.State, ctr.PodSandboxId = api.ContainerState_CONTAINER_RUNNING, pod.Id
+		if _, err := a.Synchronize(context.Background(), []*api.PodSandbox{pod}, []*api.Container{ctr}); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := a.StartContainer(context.Background(), pod, ctr); err != nil {
 		t.Fatal(err)
 	}
 	release.Write([]byte("go\n"))
-	if stop {
+	if hc.stop {
 		// The engine's exec is in the ring once its process reads again.
 		for !strings.Contains(readFile(t, fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)), "read y") {
 			time.Sleep(10 * time.Millisecond)
@@ -133,7 +157,7 @@ func hostContainer(t *testing.T, stop bool) (launcher.Result, string) {
 	}
 	release.Close()
 	// With stop, read y meets the end of its input: exit 1.
-	if err := cmd.Wait(); err != nil && !stop {
+	if err := cmd.Wait(); err != nil && !hc.stop {
 		t.Fatal(err)
 	}
 	a.wg.Wait()
