@@ -33,7 +33,14 @@ func main() {
 	only := flag.String("only", "", "the sections to run, comma-separated: peers, scale, storm, tools, trees (default all)")
 	flag.Parse()
 	want := func(section string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), section) }
-	if err := bench(*runs, *hookbox, *out, want); err != nil {
+	// Absolute, since hookbox-init is found next to it and specs need
+	// absolute paths.
+	bin, err := filepath.Abs(*hookbox)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if err := bench(*runs, bin, *out, want); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
