@@ -83,6 +83,7 @@ func Options(r *render.Render, l Launch) []ctroci.SpecOpts {
 		ctroci.WithNoNewPrivileges,
 		seccomp.WithDefaultProfile(),
 		WithNoProcessAccess(),
+		WithNativeArchOnly(),
 		WithIsolatedNamespaces(),
 		withCgroup(r, l),
 		WithNofile(NofileLimit),

@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -273,6 +274,35 @@ func WithNoProcessAccess() specOpt {
 			ErrnoRet: &eperm,
 		})
 		sc.Syscalls = rules
+		return nil
+	}
+}
+
+// nativeArch is the seccomp architecture of the programs hookbox runs
+// (the host's own ABI).
+var nativeArch = map[string]specs.Arch{
+	"amd64":   specs.ArchX86_64,
+	"arm64":   specs.ArchAARCH64,
+	"riscv64": specs.ArchRISCV64,
+	"s390x":   specs.ArchS390X,
+	"loong64": specs.ArchLOONGARCH64,
+}
+
+// WithNativeArchOnly limits the seccomp profile to the host's own ABI:
+// containerd's default also admits the compat ABIs (x86 and x32 on amd64,
+// arm on arm64), whose syscall entry points are a separate kernel attack
+// surface no engine needs. A syscall through another ABI meets the filter's
+// bad-architecture action and the calling thread is killed
+// (docs/threat-model.md). One ABI is also one section of filter for runc to
+// build and load at every start instead of three.
+func WithNativeArchOnly() specOpt {
+	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
+		if s.Linux == nil || s.Linux.Seccomp == nil {
+			return fmt.Errorf("oci: no seccomp profile to limit to the native ABI (apply the default profile first)")
+		}
+		if a, ok := nativeArch[runtime.GOARCH]; ok {
+			s.Linux.Seccomp.Architectures = []specs.Arch{a}
+		}
 		return nil
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -113,6 +114,8 @@ func main() {
 			report("memfd-exec", memfdExec(), "")
 		case "memfd-exec-self":
 			os.Exit(memfdExecSelf())
+		case "compat-getpid":
+			compatChild()
 		default:
 			fmt.Fprintf(os.Stderr, "probe: unknown mode %q\n", os.Args[1])
 			os.Exit(2)
@@ -132,6 +135,7 @@ func main() {
 	report("exec-tmp", execCopy("/tmp"), "")
 	report("exec-dev-shm", execCopy("/dev/shm"), "")
 	injection()
+	compatSyscall()
 
 	ifaces, err := net.Interfaces()
 	var names []string
@@ -322,4 +326,52 @@ func cStrings(ss []string) []*byte {
 		}
 	}
 	return append(out, nil)
+}
+
+// compatSyscall makes a syscall through the compat ABI in a child (the
+// seccomp filter kills the thread that tries): ok when the child got its
+// pid back; else the errno or the signal that ended it.
+func compatSyscall() {
+	cmd := exec.Command("/proc/self/exe", "compat-getpid")
+	out, err := cmd.Output()
+	pid := strings.TrimSpace(string(out))
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			err = errors.New(ws.Signal().String())
+		} else if pid == threadKilled {
+			err = errors.New(threadKilled)
+		}
+	case err == nil && pid != strconv.Itoa(cmd.Process.Pid):
+		// A negative return is -errno.
+		if n, perr := strconv.Atoi(pid); perr == nil && n < 0 {
+			err = syscall.Errno(-n)
+		} else {
+			err = fmt.Errorf("getpid gave %q for pid %d", pid, cmd.Process.Pid)
+		}
+	}
+	report("compat-syscall", err, compatABI)
+}
+
+// threadKilled is what the child says when the thread that made the
+// compat syscall never came back: seccomp's kill-thread action ends only
+// that thread, and a Go process without it would hang rather than exit.
+const threadKilled = "thread killed"
+
+// compatChild makes the compat syscall on a thread of its own and prints
+// its result, or threadKilled and exits 3 when that thread is gone.
+func compatChild() {
+	got := make(chan int32, 1)
+	go func() {
+		runtime.LockOSThread() // the thread dies with the call; never reused
+		got <- compatGetpid()
+	}()
+	select {
+	case v := <-got:
+		fmt.Println(v)
+	case <-time.After(2 * time.Second):
+		fmt.Println(threadKilled)
+		os.Exit(3)
+	}
 }

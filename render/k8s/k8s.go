@@ -395,7 +395,8 @@ func notReproduced(r *render.Render, cilium bool) []string {
 		"the runtime mounts the container's cgroups read-only at /sys/fs/cgroup (a hookbox run container has no cgroupfs)",
 		"the kubelet adds HOSTNAME and the kubernetes service's KUBERNETES_SERVICE_* and KUBERNETES_PORT* variables to the environment",
 		"nosuid and nodev on "+render.RunDir+", "+render.TmpDir+", "+render.WorkspaceDir+" and "+render.ConfigDir+", noexec on the last two (the kubelet mounts volumes ro or rw only)",
-		"supplementary groups: the runtime gives the process its group 65532 as a supplementary group too (hookbox run: none)")
+		"supplementary groups: the runtime gives the process its group 65532 as a supplementary group too (hookbox run: none)",
+		"seccomp: the runtime's default profile (RuntimeDefault) admits the compat syscall ABIs and ptrace, process_vm_readv/writev, pidfd_getfd, kcmp, process_madvise (hookbox run: the native ABI alone, those denied)")
 	if r.Network == render.NetworkAllowlist {
 		return append(notes, egressNotes(r.Egress, cilium)...)
 	}
