@@ -178,6 +178,9 @@ type jobSpec struct {
 	proxy bool
 	// edit, when set, changes the rendered objects before they are applied.
 	edit func([]byte) []byte
+	// ns, when set, is the namespace to use, made by jobNamespace (with
+	// the workspace claim); else applySpec makes one.
+	ns string
 }
 
 // applySpec renders js.spec for the cluster with `hookbox render --format
@@ -224,7 +227,10 @@ func applySpec(ctx context.Context, t *testing.T, l cluster.Layout, client kuber
 	repoBin(t, "hookbox-scripted-engine")
 	stateDir := t.TempDir()
 
-	ns := jobNamespace(ctx, t, client, js.workspace, js.secrets)
+	ns := js.ns
+	if ns == "" {
+		ns = jobNamespace(ctx, t, client, js.workspace, js.secrets)
+	}
 
 	objects, stderr := runOutput(t, hookbox, "render", "--state-dir", stateDir, "--address", l.ContainerdSocket(),
 		"--runfiles", "--format", "k8s", "--build", "--build-namespace", cluster.Namespace, "--namespace", ns, js.spec)

@@ -127,13 +127,16 @@ func Agent(o AgentOptions) (*AgentObjects, error) {
 							"--signing-key", agentKeyDir + "/" + agentKeyFile, "--state-dir", agentStateDir},
 						SecurityContext: &corev1.SecurityContext{
 							// Root with only what BPF, tracefs and reading other
-							// containers' roots need; not privileged.
+							// containers' roots need; not privileged. No
+							// SYS_RESOURCE: BPF memory is charged to the cgroup
+							// since Linux 5.11 (the tracer needs newer), and a
+							// capability the node's root lacks fails the start.
 							RunAsUser:                ptr(int64(0)),
 							Privileged:               ptr(false),
 							AllowPrivilegeEscalation: ptr(false),
 							ReadOnlyRootFilesystem:   ptr(true),
 							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"},
-								Add: []corev1.Capability{"BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH", "SYS_RESOURCE"}},
+								Add: []corev1.Capability{"BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"}},
 						},
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "nri", MountPath: nriDir},
