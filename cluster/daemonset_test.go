@@ -31,9 +31,8 @@ func TestVerdictFromTheDaemonSet(t *testing.T) {
 	hookbox := repoBin(t, "hookbox")
 	keyDir, pub := agentKey(t, hookbox)
 
-	// not-allowed.yaml has an allowlist, so its build includes the proxy
-	// image, which is the agent's image too.
-	stdout, _ := runOutput(t, hookbox, "--address", l.ContainerdSocket(), "image", "build", "--namespace", cluster.Namespace, specPath(t, "testdata/not-allowed.yaml"))
+	// The proxy image (the static hookbox) is the agent's image.
+	stdout, _ := runOutput(t, hookbox, "--address", l.ContainerdSocket(), "image", "build", "--agent", "--namespace", cluster.Namespace)
 	var proxy string
 	for _, line := range strings.Split(string(stdout), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 && f[0] == "proxy" {

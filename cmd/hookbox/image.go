@@ -344,7 +344,7 @@ func newImageCommand(h *hostFlags) *cobra.Command {
 	}
 	var buildkitAddr, layoutFile, spawn string
 	var sets []string
-	var jsonOut bool
+	var jsonOut, agent bool
 	var out imageOutputs
 	build := &cobra.Command{
 		Use:   "build [SPEC]",
@@ -353,8 +353,10 @@ func newImageCommand(h *hostFlags) *cobra.Command {
 SPEC, also build what hookbox render --format k8s references for it: one
 runfiles image per spawn (its assembled runfiles tree, one layer), the seed
 image (the static hookbox-seed the seed init containers run) and, for a spec
-with an egress allowlist, the proxy image (this hookbox binary). The same
-inputs give the same digests on any machine.
+with an egress allowlist, the proxy image (this hookbox binary). --agent
+adds the proxy image whatever SPEC says: it is also the node agent's image
+(hookbox k8s agent-manifest --image). The same inputs give the same digests
+on any machine.
 
 Where they go: --output oci:FILE writes one OCI image layout tar holding
 them all (mode 0600); --push REGISTRY/PATH pushes each to REGISTRY/PATH/<kind>
@@ -416,6 +418,7 @@ buildkitd instead, which exports it straight into containerd's image store
 				}
 				want.runfiles, want.seed, want.proxy = true, true, anyAllowlist(renders)
 			}
+			want.proxy = want.proxy || agent
 			dirs := dirsFrom(h.stateDir, h.cacheDir, nil)
 			built, err := buildImages(ctx, h, renders, want, out, dirs.cache, rep)
 			if err != nil {
@@ -440,6 +443,7 @@ buildkitd instead, which exports it straight into containerd's image store
 	build.RegisterFlagCompletionFunc("spawn", completeSpawnNames)
 	f.StringArrayVar(&sets, "set", nil, "NAME=VALUE: fill the spec's template slot NAME (repeatable), as for hookbox render")
 	f.BoolVar(&jsonOut, "json", false, "print progress and every image as JSON events, one per line")
+	f.BoolVar(&agent, "agent", false, "also build the proxy image (this static hookbox), the node agent's image for hookbox k8s agent-manifest --image, whatever SPEC says")
 	cmd.AddCommand(build)
 	return cmd
 }
