@@ -384,16 +384,6 @@ var (
 	errTracerClosed = errors.New("the exec tracer closed before the run ended")
 )
 
-// Events reach the client at most flushDelay after the tracer gave them,
-// in writes of up to streamBuffer bytes: one write and one wakeup of the
-// client per event cost an exec storm about a tenth of its speed on two
-// cores, and nothing waits on an event sooner (the verdict is made after
-// the stats, which flush everything before them).
-const (
-	flushDelay   = 5 * time.Millisecond
-	streamBuffer = 64 << 10
-)
-
 // stream forwards w's events to the client until it asks to stop, goes
 // away, or ctx ends; then it stops w, forwards the last events and sends
 // the stats if the client is still there. It always stops w, and calls
@@ -414,15 +404,11 @@ func (s *Server) stream(ctx context.Context, c *net.UnixConn, br *bufio.Reader, 
 		end       streamEnd
 		isStopped bool
 		sendErr   error // the client cannot be written to: discard the rest
-		out       = bufio.NewWriterSize(c, streamBuffer)
+		out       = bufio.NewWriter(c)
 		enc       = json.NewEncoder(out)
 		events    = w.Events()
 		done      = ctx.Done()
-		flush     = time.NewTimer(flushDelay)
-		flushDue  <-chan time.Time // armed while events wait in out
 	)
-	flush.Stop()
-	defer flush.Stop()
 	stop := func(why string, reason error) {
 		if !isStopped {
 			isStopped, end.why = true, why
@@ -442,19 +428,11 @@ func (s *Server) stream(ctx context.Context, c *net.UnixConn, br *bufio.Reader, 
 			if sendErr != nil {
 				break
 			}
-			if sendErr = enc.Encode(reply{Type: typeEvent, Event: &ev}); sendErr == nil && flushDue == nil {
-				flush.Reset(flushDelay)
-				flushDue = flush.C
+			if sendErr = enc.Encode(reply{Type: typeEvent, Event: &ev}); sendErr == nil && len(events) == 0 {
+				sendErr = out.Flush()
 			}
 			if sendErr != nil {
 				stop("disconnect", nil)
-			}
-		case <-flushDue:
-			flushDue = nil
-			if sendErr == nil {
-				if sendErr = out.Flush(); sendErr != nil {
-					stop("disconnect", nil)
-				}
 			}
 		case ok := <-stopAsked:
 			stopAsked = nil
