@@ -327,13 +327,23 @@ func (j specJob) job(t *testing.T) *batchv1.Job {
 }
 
 // pod is the one pod of the Job.
+// pod is the Job's one pod, waited for: right after the apply, the Job
+// controller may not have made it yet.
 func (j specJob) pod(ctx context.Context, t *testing.T, client kubernetes.Interface) corev1.Pod {
 	t.Helper()
-	pods, err := client.CoreV1().Pods(j.ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + j.name})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("want one pod of job %s, got %d (%v)\n%s", j.name, len(pods.Items), err, describe(client, j.ns))
+	for {
+		pods, err := client.CoreV1().Pods(j.ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + j.name})
+		if err == nil && len(pods.Items) == 1 {
+			return pods.Items[0]
+		}
+		if err != nil || len(pods.Items) > 1 || ctx.Err() != nil {
+			t.Fatalf("want one pod of job %s, got %d (%v)\n%s", j.name, len(pods.Items), err, describe(client, j.ns))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return pods.Items[0]
 }
 
 func (j specJob) engineLog(ctx context.Context, t *testing.T, client kubernetes.Interface) []byte {
