@@ -28,16 +28,11 @@ import (
 func main() {
 	runs := flag.Int("n", 15, "runs per command")
 	hookbox := flag.String("hookbox", "bin/hookbox", "hookbox binary")
-	out := flag.String("out", "bench/results.md", "where to write the table (with -only, only when given: a part must not replace the whole)")
+	out := flag.String("out", "", "where to write the table (make bench: bench/results.md); else it is printed only")
 	flag.IntVar(&stormExecs, "storm-execs", stormExecs, "execs of the fastest exec storm (a slower one has a quarter)")
 	only := flag.String("only", "", "the sections to run, comma-separated: peers, scale, storm, tools, trees (default all)")
 	flag.Parse()
 	want := func(section string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), section) }
-	outGiven := false
-	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
-	if *only != "" && !outGiven {
-		*out = "" // printed only
-	}
 	// Absolute, since hookbox-init is found next to it and specs need
 	// absolute paths.
 	bin, err := filepath.Abs(*hookbox)

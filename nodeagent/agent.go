@@ -139,7 +139,7 @@ func (a *Agent) Configure(_ context.Context, _, runtime, version string) (api.Ev
 
 // Synchronize: containers already running started before the agent could
 // arm, whatever ran in them before: their verdict is unchecked.
-func (a *Agent) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+func (a *Agent) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	byID := map[string]*api.PodSandbox{}
 	for _, p := range pods {
 		byID[p.Id] = p
@@ -151,13 +151,10 @@ func (a *Agent) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []
 		}
 		j := a.newJob(p, c)
 		j.unarmed(ReasonStartedBeforeAgent, "the container was running when the agent connected to NRI: its execs before that were not seen")
-		// Its record still gets the render and the container's exit, so
-		// that the Job gets an unchecked verdict rather than none.
-		if a.prepare(j) {
-			rctx, cancel := context.WithTimeout(ctx, a.budget)
-			a.readRender(rctx, j)
-			cancel()
-		}
+		// Its record still gets the container's exit, and the render when
+		// it is delivered (not here: NRI waits on Synchronize), so that the
+		// Job gets an unchecked verdict rather than none.
+		a.prepare(j)
 		a.start(j)
 	}
 	a.logf("synchronized: %d pods, %d containers; judging hookbox pods' engine containers from now on", len(pods), len(ctrs))
@@ -463,6 +460,9 @@ func (j *job) finish(complete bool) {
 func (a *Agent) deliver(j *job) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if j.r == nil && j.reason == ReasonStartedBeforeAgent {
+		a.readRender(ctx, j) // Synchronize left it for now
+	}
 	if j.r == nil {
 		a.logf("%s/%s container %s: no verdict: %s", j.namespace, j.pod, shortID(j.container), j.detail)
 		return

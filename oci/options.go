@@ -254,10 +254,10 @@ var processAccessSyscalls = []string{"kcmp", "pidfd_getfd", "process_madvise", "
 // access (/proc/<pid>/mem) where the host has it (docs/threat-model.md).
 func WithNoProcessAccess() specOpt {
 	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
-		if s.Linux == nil || s.Linux.Seccomp == nil {
-			return fmt.Errorf("oci: no seccomp profile to deny ptrace in (apply the default profile first)")
+		sc, err := seccompProfile(s, "deny ptrace in")
+		if err != nil {
+			return err
 		}
-		sc := s.Linux.Seccomp
 		rules := make([]specs.LinuxSyscall, 0, len(sc.Syscalls)+1)
 		for _, r := range sc.Syscalls {
 			r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool {
@@ -297,12 +297,22 @@ var nativeArch = map[string]specs.Arch{
 // build and load at every start instead of three.
 func WithNativeArchOnly() specOpt {
 	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
-		if s.Linux == nil || s.Linux.Seccomp == nil {
-			return fmt.Errorf("oci: no seccomp profile to limit to the native ABI (apply the default profile first)")
+		sc, err := seccompProfile(s, "limit to the native ABI")
+		if err != nil {
+			return err
 		}
 		if a, ok := nativeArch[runtime.GOARCH]; ok {
-			s.Linux.Seccomp.Architectures = []specs.Arch{a}
+			sc.Architectures = []specs.Arch{a}
 		}
 		return nil
 	}
+}
+
+// seccompProfile is the spec's profile, which the options that narrow it
+// need applied before them.
+func seccompProfile(s *specs.Spec, purpose string) (*specs.LinuxSeccomp, error) {
+	if s.Linux == nil || s.Linux.Seccomp == nil {
+		return nil, fmt.Errorf("oci: no seccomp profile to %s (apply the default profile first)", purpose)
+	}
+	return s.Linux.Seccomp, nil
 }
