@@ -288,9 +288,18 @@ func (t *Tracer) consume() {
 	}
 	for {
 		t.drainMu.Lock()
-		upTo := t.drainReq
+		upTo, waiting := t.drainReq, t.drainReq > t.drainDone
 		t.drainMu.Unlock()
-		t.reader.SetDeadline(time.Now().Add(t.opts.PollInterval))
+		// A drain asked for while the last read was already under way
+		// had its flush taken by that read, which can only complete the
+		// drains asked for before it began: this pass must not wait for
+		// the poll deadline (up to PollInterval added to every Stop),
+		// and reads the ring empty without blocking.
+		deadline := time.Now().Add(t.opts.PollInterval)
+		if waiting {
+			deadline = time.Now()
+		}
+		t.reader.SetDeadline(deadline)
 		err := t.reader.ReadInto(&rec)
 		switch {
 		case err == nil:

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf/btf"
@@ -538,4 +539,39 @@ func stormCommand(cg *testCgroup, n int) *exec.Cmd {
 		return exec.Command("/bin/sh", "-c", script)
 	}
 	return cg.command("/bin/sh", "-c", script)
+}
+
+// TestStopDoesNotWaitForThePoll: a Stop asked for while the consumer waits
+// on the ring returns once the ring is read, not at the consumer's next
+// poll deadline. It used to: the flush that woke the waiting read could
+// complete only the drains asked for before that read began, so every
+// Stop (and Close) waited up to PollInterval, 10 ms per traced run at the
+// default. With an hour's poll, that wait is a hang the watchdog reports.
+func TestStopDoesNotWaitForThePoll(t *testing.T) {
+	tr := requireTracer(t, Options{PollInterval: time.Hour})
+	cg := newTestCgroup(t)
+	w, err := tr.Watch(cg.ID, Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := collect(w)
+	if out, err := cg.command("/bin/true", "once").CombinedOutput(); err != nil {
+		t.Fatalf("true: %v %s", err, out)
+	}
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := w.Stop()
+		stopped <- err
+	}()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop still waits for the consumer's poll deadline (an hour) after 30 s")
+	}
+	events, st := col.stop(t, w) // Stop is idempotent: the stats again
+	checkEvents(t, events, expect{kind: KindExec, filename: "/bin/true", argv: []string{"/bin/true", "once"}})
+	requireComplete(t, st)
 }
