@@ -110,21 +110,22 @@ func collect(ctx context.Context, b *Backend, stateDir string, dryRun, sweep boo
 	if b != nil && b.Client != nil {
 		g.client, g.address, g.state = b.Client, b.Address, b.State
 	}
-	entries, err := os.ReadDir(RunsDir(stateDir))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	ids, err := runsToCheck(stateDir, sweep)
+	if err != nil {
 		return nil, err
 	}
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		dir := filepath.Join(RunsDir(stateDir), e.Name())
+	for _, id := range ids {
+		dir := filepath.Join(RunsDir(stateDir), id)
 		if finishedCleanly(dir) {
+			unmarkActive(stateDir, id, dryRun)
 			continue
 		}
 		intent, err := ReadIntent(dir)
 		if err != nil {
-			continue // not a run record
+			// Not a run record. A run marks itself active only after
+			// its intent is written, so the mark is no live run's.
+			unmarkActive(stateDir, id, dryRun)
+			continue
 		}
 		if host.ProcessAlive(intent.HookboxPID, intent.HookboxStart) {
 			g.live[intent.RunID] = true
@@ -133,6 +134,9 @@ func collect(ctx context.Context, b *Backend, stateDir string, dryRun, sweep boo
 		}
 		g.handled[intent.RunID] = true
 		g.collectRun(dir, intent)
+		if finishedCleanly(dir) {
+			unmarkActive(stateDir, id, dryRun)
+		}
 	}
 	collectHelpers(ctx, hostCgroups().Helpers(), dryRun, g.report)
 	if sweep && g.client != nil {
@@ -548,6 +552,64 @@ func fifoSets(root string) map[string][]string {
 
 // finishedCleanly: the run wrote its result and its teardown removed every
 // resource, or a gc since found every resource gone.
+// ActiveDir holds a mark per run of the state dir that has not finished
+// cleanly (ActiveDir/<run id>, empty): made right after the run's intent,
+// before anything of the run exists, and removed once its result says its
+// teardown was complete, or once gc has collected it. The check every run
+// makes before it starts reads these marks, not every record the state
+// dir has kept: it costs what the unfinished runs number, not what the
+// state dir's history does. hookbox gc still reads every record (it also
+// finds the runs of a hookbox that kept no marks).
+func ActiveDir(stateDir string) string { return filepath.Join(stateDir, "active") }
+
+// markActive marks run id of stateDir active.
+func markActive(stateDir, id string) error {
+	if err := os.MkdirAll(ActiveDir(stateDir), 0o700); err != nil {
+		return fmt.Errorf("mark the run active: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(ActiveDir(stateDir), id), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("mark the run active: %w", err)
+	}
+	return f.Close()
+}
+
+// unmarkActive removes run id's mark; none is fine.
+func unmarkActive(stateDir, id string, dryRun bool) {
+	if !dryRun {
+		os.Remove(filepath.Join(ActiveDir(stateDir), id))
+	}
+}
+
+// runsToCheck is the run ids a gc pass looks at: every record's (all), or
+// the runs marked active.
+func runsToCheck(stateDir string, all bool) ([]string, error) {
+	dir := ActiveDir(stateDir)
+	if all {
+		dir = RunsDir(stateDir)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	ids := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e.IsDir() == all {
+			ids = append(ids, e.Name())
+		}
+	}
+	if all {
+		// Marks whose record is gone (removed by hand) are dropped too.
+		marks, _ := os.ReadDir(ActiveDir(stateDir))
+		for _, m := range marks {
+			if !slices.Contains(ids, m.Name()) {
+				ids = append(ids, m.Name())
+			}
+		}
+	}
+	return ids, nil
+}
+
 func finishedCleanly(dir string) bool {
 	if data, err := os.ReadFile(filepath.Join(dir, CollectedFile)); err == nil {
 		var mark Collected

@@ -142,3 +142,76 @@ func TestFinishedCleanlyReadsOnlyTheReasons(t *testing.T) {
 		})
 	}
 }
+
+// The check before a run looks only at the runs marked active: an
+// abandoned run without a mark is left to hookbox gc, which reads every
+// record; a mark goes once its run finished cleanly, was collected
+// completely, or has no record; a live run's mark stays.
+func TestPreRunCollectionReadsTheActiveMarks(t *testing.T) {
+	state := t.TempDir()
+	marked := abandonedRecord(t, state, "hbx-test-marked")
+	abandonedRecord(t, state, "hbx-test-unmarked")
+	clean := abandonedRecord(t, state, "hbx-test-clean")
+	if err := writeJSON(filepath.Join(clean, ResultFile), Result{SchemaVersion: ResultSchemaVersion, RunID: "hbx-test-clean"}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	collectedDir := abandonedRecord(t, state, "hbx-test-collected")
+	if err := writeJSON(filepath.Join(collectedDir, CollectedFile), Collected{Complete: true, CheckedAt: time.Now()}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	live := abandonedRecord(t, state, "hbx-test-live")
+	self, err := host.StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(filepath.Join(live, IntentFile), Intent{SchemaVersion: 1, RunID: "hbx-test-live", HookboxPID: os.Getpid(), HookboxStart: self}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"hbx-test-marked", "hbx-test-clean", "hbx-test-collected", "hbx-test-live", "hbx-test-no-record"} {
+		if err := markActive(state, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marks := func() []string {
+		entries, _ := os.ReadDir(ActiveDir(state))
+		var ids []string
+		for _, e := range entries {
+			ids = append(ids, e.Name())
+		}
+		return ids
+	}
+
+	report, err := collect(context.Background(), nil, state, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(report.Live, []string{"hbx-test-live"}) {
+		t.Errorf("live %v, want the live run", report.Live)
+	}
+	var checked []string
+	for _, l := range report.Left {
+		if !slices.Contains(checked, l.RunID) {
+			checked = append(checked, l.RunID)
+		}
+	}
+	if !slices.Equal(checked, []string{"hbx-test-marked"}) {
+		t.Errorf("collected %v, want only the marked abandoned run (the unmarked one is hookbox gc's)", checked)
+	}
+	if _, ok := readMark(t, marked); !ok {
+		t.Error("the marked abandoned run has no collected mark")
+	}
+	// Without containerd the marked run is not collected completely: its
+	// mark stays for the next check, as does the live run's.
+	if got := marks(); !slices.Equal(got, []string{"hbx-test-live", "hbx-test-marked"}) {
+		t.Errorf("marks after the check: %v, want the live and the incompletely collected run's", got)
+	}
+
+	// hookbox gc reads every record: the unmarked abandoned run too.
+	report, err = GC(context.Background(), nil, state, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(report.Left, func(l GCLeft) bool { return l.RunID == "hbx-test-unmarked" }) {
+		t.Errorf("hookbox gc left %+v, want the unmarked abandoned run checked", report.Left)
+	}
+}

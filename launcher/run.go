@@ -311,6 +311,9 @@ func (x *execution) run() {
 		// Before the notifier, so that it can pass the attestation on.
 		x.attest()
 	}
+	if finishedCleanly(x.dir) {
+		unmarkActive(x.opts.StateDir, x.id, false)
+	}
 	x.emit(Event{Type: EventResult, Result: res})
 	x.notify()
 }
@@ -367,6 +370,9 @@ func (x *execution) prepare() error {
 	x.ownerStart = strconv.FormatUint(self, 10)
 	if err := writeJSON(filepath.Join(x.dir, IntentFile), intent, 0o644); err != nil {
 		return fmt.Errorf("write intent: %w", err)
+	}
+	if err := markActive(x.opts.StateDir, x.id); err != nil {
+		return err
 	}
 	x.startTracer()
 	if err := x.daemonCall(x.ctx, daemonDeadlines.create, x.holdLease); err != nil {
