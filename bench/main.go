@@ -23,6 +23,7 @@ import (
 
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/launcher"
+	"hookbox.dev/hookbox/render"
 )
 
 func main() {
@@ -102,31 +103,66 @@ spec:
 
 	type row struct {
 		name   string
+		cmd    func(i int) *exec.Cmd
 		median time.Duration
 		all    []time.Duration
+		alone  bool // measured after the rounds, in a block of its own
 	}
-	var rows []row
+	var rows []*row
 	peakRSS := map[string]int64{}
+	// measure adds a command to the rounds; runRounds runs every added
+	// command once per round, n rounds, in the order added. Interleaved,
+	// a slow minute of the host (a neighbour's load) weighs on every
+	// command alike instead of on whichever ran then.
 	measure := func(name string, cmd func(i int) *exec.Cmd) error {
-		var times []time.Duration
-		for i := 0; i < n; i++ {
-			c := cmd(i)
-			var buf bytes.Buffer
-			c.Stdout, c.Stderr = &buf, &buf
-			start := time.Now()
-			if err := c.Run(); err != nil {
-				return fmt.Errorf("%s: %v\n%s", name, err, buf.String())
+		rows = append(rows, &row{name: name, cmd: cmd})
+		return nil
+	}
+	// measureAlone is for a command that leaves the host busy after it
+	// exits (the kernel detaching a tracer it loaded), which would weigh
+	// on the command after it in a round.
+	measureAlone := func(name string, cmd func(i int) *exec.Cmd) error {
+		rows = append(rows, &row{name: name, cmd: cmd, alone: true})
+		return nil
+	}
+	runOnce := func(r *row, i int) error {
+		c := r.cmd(i)
+		var buf bytes.Buffer
+		c.Stdout, c.Stderr = &buf, &buf
+		start := time.Now()
+		if err := c.Run(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", r.name, err, buf.String())
+		}
+		r.all = append(r.all, time.Since(start))
+		if strings.HasPrefix(r.name, "hookbox run") {
+			if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > peakRSS[r.name] {
+				peakRSS[r.name] = ru.Maxrss
 			}
-			times = append(times, time.Since(start))
-			if strings.HasPrefix(name, "hookbox run") {
-				if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > peakRSS[name] {
-					peakRSS[name] = ru.Maxrss
+		}
+		return nil
+	}
+	runRounds := func() error {
+		for i := 0; i < n; i++ {
+			for _, r := range rows {
+				if !r.alone {
+					if err := runOnce(r, i); err != nil {
+						return err
+					}
 				}
 			}
 		}
-		sorted := slices.Clone(times)
-		slices.Sort(sorted)
-		rows = append(rows, row{name, sorted[len(sorted)/2], times})
+		for _, r := range rows {
+			for i := 0; r.alone && i < n; i++ {
+				if err := runOnce(r, i); err != nil {
+					return err
+				}
+			}
+		}
+		for _, r := range rows {
+			sorted := slices.Clone(r.all)
+			slices.Sort(sorted)
+			r.median = sorted[len(sorted)/2]
+		}
 		return nil
 	}
 	ctx := context.Background()
@@ -167,7 +203,7 @@ spec:
 		}); err != nil {
 			return err
 		}
-		if err := measure("hookbox run (traced, cold, in-process)", func(int) *exec.Cmd {
+		if err := measureAlone("hookbox run (traced, cold, in-process)", func(int) *exec.Cmd {
 			c := exec.CommandContext(ctx, hookbox, "run", "--state-dir", state, "--trace-ring-size", "4194304", traced)
 			c.Env = noHelper
 			return c
@@ -214,6 +250,24 @@ spec:
 		}); err != nil {
 			return err
 		}
+		// The same hardening through ctr: the OCI spec hookbox gave
+		// containerd for an untraced run (seccomp, masked paths, mounts,
+		// limits, namespaces), running /usr/bin/true directly. What
+		// separates it from hookbox run is hookbox's own work; what
+		// separates it from ctr run --rm is the spec's.
+		specPeer, err := hookboxSpecPeer(state, work, rootfs)
+		if err != nil {
+			return err
+		}
+		if err := measure("ctr run --rm, hookbox's OCI spec", func(i int) *exec.Cmd {
+			return exec.CommandContext(ctx, "ctr", "--address", addr, "-n", "hookbox-bench", "run", "--rm", "--config", specPeer,
+				fmt.Sprintf("bench-ctr-spec-%d-%d", os.Getpid(), i))
+		}); err != nil {
+			return err
+		}
+		if err := runRounds(); err != nil {
+			return err
+		}
 		fmt.Fprintf(&b, "| command | median | ratio to ctr run --rm | ratio to runc run |\n|---|---|---|---|\n")
 		ctrMedian, runcMedian := median("ctr run --rm"), median("runc run")
 		for _, r := range rows {
@@ -222,7 +276,7 @@ spec:
 		fmt.Fprintf(&b, "\nhookbox peak RSS during a run (max over %d runs): %.1f MiB untraced, %.1f MiB traced (warm, default), %.1f MiB traced (cold, in-process), %.1f MiB traced through the helper\n",
 			n, float64(peakRSS["hookbox run"])/1024, float64(peakRSS["hookbox run (traced, warm, default)"])/1024,
 			float64(peakRSS["hookbox run (traced, cold, in-process)"])/1024, float64(peakRSS["hookbox run (traced, helper)"])/1024)
-		fmt.Fprintf(&b, "\n%d runs each of a trivial spawn (/usr/bin/true; tracing off unless traced), one invocation of `make bench`, %s.\n",
+		fmt.Fprintf(&b, "\n%d rounds of a trivial spawn (/usr/bin/true; tracing off unless traced), each round running every command once in this order (the cold in-process tracer in a block of its own after the rounds: the kernel detaches its tracer after it exits), one invocation of `make bench`, %s.\n",
 			n, time.Now().UTC().Format("2006-01-02"))
 		fmt.Print(b.String())
 	}
@@ -268,6 +322,59 @@ spec:
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// hookboxSpecPeer writes, for ctr run --config, the OCI spec of the newest
+// untraced run in state with the bench's rootfs as its root and
+// /usr/bin/true as its process; a bind mount whose source the run removed
+// gets an empty directory of the bench's. It returns the file's path.
+func hookboxSpecPeer(state, work, rootfs string) (string, error) {
+	records, _ := filepath.Glob(filepath.Join(state, "runs", "*", launcher.OCIFile))
+	slices.Sort(records)
+	for i := len(records) - 1; i >= 0; i-- {
+		res, err := lastResultIn(filepath.Dir(records[i]))
+		if err != nil || res.Trace.Mode != render.TraceOff {
+			continue
+		}
+		data, err := os.ReadFile(records[i])
+		if err != nil {
+			return "", err
+		}
+		var spec map[string]any
+		if err := json.Unmarshal(data, &spec); err != nil {
+			return "", fmt.Errorf("%s: %w", records[i], err)
+		}
+		spec["root"] = map[string]any{"path": rootfs, "readonly": true}
+		process, _ := spec["process"].(map[string]any)
+		linux, _ := spec["linux"].(map[string]any)
+		mounts, _ := spec["mounts"].([]any)
+		if process == nil || linux == nil {
+			return "", fmt.Errorf("%s: no process or linux section", records[i])
+		}
+		process["args"] = []string{"/usr/bin/true"}
+		linux["cgroupsPath"] = "/hookbox-bench/spec-peer"
+		for k, m := range mounts {
+			mount, _ := m.(map[string]any)
+			src, _ := mount["source"].(string)
+			if mount["type"] != "bind" || src == "" {
+				continue
+			}
+			if _, err := os.Stat(src); err != nil {
+				standIn := filepath.Join(work, "spec-peer", fmt.Sprint(k))
+				if err := os.MkdirAll(standIn, 0o755); err != nil {
+					return "", err
+				}
+				mount["source"] = standIn
+			}
+		}
+		out, err := json.Marshal(spec)
+		if err != nil {
+			return "", err
+		}
+		path := filepath.Join(work, "hookbox-spec.json")
+		return path, os.WriteFile(path, out, 0o644)
+	}
+	return "", fmt.Errorf("no untraced run's %s in %s", launcher.OCIFile, state)
+}
+
 // lastResult reads the newest run record's result (run ids sort by start
 // time).
 func lastResult(state string) (*launcher.Result, error) {
@@ -276,13 +383,18 @@ func lastResult(state string) (*launcher.Result, error) {
 		return nil, fmt.Errorf("no run record in %s", state)
 	}
 	slices.Sort(records)
-	data, err := os.ReadFile(records[len(records)-1])
+	return lastResultIn(filepath.Dir(records[len(records)-1]))
+}
+
+// lastResultIn reads the result of the run record dir.
+func lastResultIn(dir string) (*launcher.Result, error) {
+	data, err := os.ReadFile(filepath.Join(dir, launcher.ResultFile))
 	if err != nil {
 		return nil, err
 	}
 	var res launcher.Result
 	if err := json.Unmarshal(data, &res); err != nil {
-		return nil, fmt.Errorf("%s: %w", records[len(records)-1], err)
+		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	return &res, nil
 }
