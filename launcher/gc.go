@@ -50,7 +50,7 @@ type Collected struct {
 // GCAction is one thing gc did (or, with DryRun, would do).
 type GCAction struct {
 	RunID  string `json:"run_id"`
-	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, socket, fifo, tmpfs, cgroup, helper-cgroup, tracer (a managed tracer, with no run id)
+	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, socket, fifo, tmpfs, cgroup, helper-cgroup, tracer (a managed tracer, with no run id), base-view (another base image's shared view, with no run id)
 	Detail string `json:"detail,omitempty"`
 	Error  string `json:"error,omitempty"`
 }
@@ -209,8 +209,10 @@ func (g *collector) collectRun(dir string, intent *Intent) {
 	}
 	if g.daemonOf(intent.Address) == "" {
 		g.collectContainer(id, intent.ContainerID)
-		if exists, _ := snapshotExists(g.ctx, g.client, intent.SnapshotKey); exists || leaseExists(g.ctx, g.client, intent.SnapshotKey) {
-			g.do(id, "snapshot", intent.SnapshotKey, func() error { return removeSnapshot(g.ctx, g.client, intent.SnapshotKey) })
+		if key := runSnapshot(intent); key != "" {
+			if exists, _ := snapshotExists(g.ctx, g.client, key); exists || leaseExists(g.ctx, g.client, key) {
+				g.do(id, "snapshot", key, func() error { return removeSnapshot(g.ctx, g.client, key) })
+			}
 		}
 		for _, l := range runLeases(g.ctx, g.client, id) {
 			if l.ID != intent.SnapshotKey {
@@ -319,11 +321,13 @@ func (g *collector) leftovers(dir string, intent *Intent) []GCLeft {
 	} else if !errdefs.IsNotFound(err) {
 		add("container", err.Error())
 	}
-	if exists, err := snapshotExists(g.ctx, g.client, intent.SnapshotKey); exists || err != nil {
-		add("snapshot", strings.TrimSpace(intent.SnapshotKey+" "+errOrEmpty(err)))
-	}
-	if leaseExists(g.ctx, g.client, intent.SnapshotKey) {
-		add("lease", intent.SnapshotKey)
+	if key := runSnapshot(intent); key != "" {
+		if exists, err := snapshotExists(g.ctx, g.client, key); exists || err != nil {
+			add("snapshot", strings.TrimSpace(key+" "+errOrEmpty(err)))
+		}
+		if leaseExists(g.ctx, g.client, key) {
+			add("lease", key)
+		}
 	}
 	for _, l := range runLeases(g.ctx, g.client, id) {
 		if l.ID != intent.SnapshotKey {
@@ -425,7 +429,36 @@ func (g *collector) sweep() error {
 	for _, name := range orphans {
 		g.do(name, "snapshot", "", func() error { return removeSnapshot(ctx, client, name) })
 	}
+	if err := g.sweepBaseViews(); err != nil {
+		return err
+	}
 	return g.sweepLost(abandoned)
+}
+
+// sweepBaseViews removes the views (and their leases) of base images
+// other than this hookbox's: a CA bundle that changed, or another hookbox
+// version, made them. Only while no container of a run is left in the
+// namespace: a live run of any hookbox may mount one.
+func (g *collector) sweepBaseViews() error {
+	ctx, client := g.ctx, g.client
+	base, err := baseImage()
+	if err != nil {
+		return nil // this host's base image cannot be built: keep them all
+	}
+	current := BaseViewKey(base)
+	if runs, err := client.Containers(ctx, "labels.\""+LabelRunID+"\""); err != nil || len(runs) > 0 {
+		return err
+	}
+	views, err := client.LeasesService().List(ctx, "labels.\""+images.BaseLabel+"\"")
+	if err != nil {
+		return fmt.Errorf("list base image leases: %w", err)
+	}
+	for _, l := range views {
+		if l.ID != current && strings.HasPrefix(l.ID, baseViewPrefix) {
+			g.do("", "base-view", l.ID, func() error { return removeSnapshot(ctx, client, l.ID) })
+		}
+	}
+	return nil
 }
 
 // orphanGrace: a task bundle or FIFO set no shim serves, of a run this
@@ -659,6 +692,16 @@ func (g *collector) collectContainer(runID, id string) {
 	})
 }
 
+// runSnapshot is the view of the run's own an intent names: an older
+// hookbox made one per run, named after it; now every run mounts the base
+// image's shared view (BaseViewKey), which no run's collection removes.
+func runSnapshot(intent *Intent) string {
+	if strings.HasPrefix(intent.SnapshotKey, baseViewPrefix) {
+		return ""
+	}
+	return intent.SnapshotKey
+}
+
 func snapshotExists(ctx context.Context, client *containerd.Client, key string) (bool, error) {
 	_, err := client.SnapshotService(images.Snapshotter).Stat(ctx, key)
 	if errdefs.IsNotFound(err) {
@@ -686,8 +729,9 @@ func deleteLease(ctx context.Context, client *containerd.Client, id string) erro
 	return nil
 }
 
-// removeSnapshot removes a run's base image view and the lease (named like
-// the view) that protected it; either already gone counts as removed.
+// removeSnapshot removes a base image view (an older hookbox's run's own,
+// or a shared one) and the lease named like it that protected it; either
+// already gone counts as removed.
 func removeSnapshot(ctx context.Context, client *containerd.Client, key string) error {
 	err := client.SnapshotService(images.Snapshotter).Remove(ctx, key)
 	if err != nil && !errdefs.IsNotFound(err) {

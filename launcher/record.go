@@ -47,16 +47,18 @@ func RunsDir(stateDir string) string { return filepath.Join(stateDir, "runs") }
 // finds what a run may have left behind (docs/contracts.md §1): the
 // container id is chosen before creation.
 type Intent struct {
-	SchemaVersion int       `json:"schema_version"`
-	RunID         string    `json:"run_id"`
-	Spawn         string    `json:"spawn"`
-	ContainerID   string    `json:"container_id"`
-	SnapshotKey   string    `json:"snapshot_key"`
-	CgroupsPath   string    `json:"cgroups_path"`
-	HookboxPID    int       `json:"hookbox_pid"`
-	HookboxStart  uint64    `json:"hookbox_start_time"` // clock ticks since boot (/proc/pid/stat field 22)
-	Address       string    `json:"containerd_address"`
-	CreatedAt     time.Time `json:"created_at"`
+	SchemaVersion int    `json:"schema_version"`
+	RunID         string `json:"run_id"`
+	Spawn         string `json:"spawn"`
+	ContainerID   string `json:"container_id"`
+	// SnapshotKey is the run's own base image view, which hookbox before
+	// the shared view (BaseViewKey) made per run; empty now.
+	SnapshotKey  string    `json:"snapshot_key,omitempty"`
+	CgroupsPath  string    `json:"cgroups_path"`
+	HookboxPID   int       `json:"hookbox_pid"`
+	HookboxStart uint64    `json:"hookbox_start_time"` // clock ticks since boot (/proc/pid/stat field 22)
+	Address      string    `json:"containerd_address"`
+	CreatedAt    time.Time `json:"created_at"`
 }
 
 // Spawned is the spawn record: written once the sandbox exists and before

@@ -158,9 +158,9 @@ func Run(ctx context.Context, r *render.Render, opts Options) (*Result, error) {
 	}
 	x := &execution{
 		opts: opts, env: env, secretStream: secretStream, credentials: credentials, r: r, id: id, dir: dir, started: started,
-		// Every request carries the run's lease (holdLease creates it
-		// before the first request that could use it).
-		ctx: leases.WithLease(namespaces.WithNamespace(ctx, oci.Namespace), id),
+		// prepare adds the base image's lease (baseLease), which every
+		// request that makes something containerd collects names.
+		ctx: namespaces.WithNamespace(ctx, oci.Namespace),
 		result: &Result{SchemaVersion: ResultSchemaVersion, RunID: id, Spawn: r.Spawn, PlanDigest: planDigest, StartedAt: started.UTC(), RecordDir: dir,
 			Trace: TraceResult{Status: verify.StatusUnchecked, Reasons: []string{ReasonTracerNotRun}}},
 	}
@@ -356,14 +356,14 @@ func notifyDegraded(plan notify.Plan, helpers cgroup.Helpers, res *Result) strin
 }
 
 // prepare writes the intent, then assembles everything the container needs.
-func (x *execution) prepare() error {
+func (x *execution) prepare() (err error) {
 	self, err := host.StartTime(os.Getpid())
 	if err != nil {
 		return fmt.Errorf("read own start time: %w", err)
 	}
 	x.cgroupsPath = x.opts.Backend.Cgroups.Path(x.id)
 	intent := Intent{
-		SchemaVersion: 1, RunID: x.id, Spawn: x.r.Spawn, ContainerID: x.id, SnapshotKey: x.id,
+		SchemaVersion: 1, RunID: x.id, Spawn: x.r.Spawn, ContainerID: x.id,
 		CgroupsPath: x.cgroupsPath, HookboxPID: os.Getpid(), HookboxStart: self,
 		Address: x.opts.Backend.Address, CreatedAt: x.started.UTC(),
 	}
@@ -375,20 +375,17 @@ func (x *execution) prepare() error {
 		return err
 	}
 	x.startTracer()
-	if err := x.daemonCall(x.ctx, daemonDeadlines.create, x.holdLease); err != nil {
-		return err
-	}
-
 	x.progress("image", "base image")
 	base, err := baseImage()
 	if err != nil {
 		return err
 	}
-	// containerd makes the view while the runfiles, the tmpfs and the spec
-	// are prepared; prepare waits for it on every return, so nothing it
-	// creates outlives a failed prepare unseen.
+	x.ctx = leases.WithLease(x.ctx, BaseViewKey(base))
+	// containerd answers for the view while the runfiles, the tmpfs and
+	// the spec are prepared; prepare waits for it on every return, so
+	// nothing it creates outlives a failed prepare unseen.
 	view := x.viewBase(base)
-	defer view.wait()
+	defer func() { err = view.failure(err) }()
 
 	check := RunfilesVerifyQuick
 	if x.opts.VerifyRunfiles {
@@ -461,15 +458,14 @@ func (x *execution) createContainer(view *baseView, base *images.Image, spec *sp
 		return err
 	}
 	x.progress("container", "create")
+	labels := x.ownerLabels()
+	labels[LabelRenderDigest], labels[LabelVersion] = digest, x.opts.Version
 	faultpoint.Reach(faultpoint.BeforeCreate)
 	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
 		x.container, err = x.opts.Backend.Client.NewContainer(ctx, x.id,
 			containerd.WithSpec(spec),
 			containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.Backend.RuncRoot)),
-			containerd.WithContainerLabels(map[string]string{
-				LabelRunID: x.id, LabelRenderDigest: digest, LabelVersion: x.opts.Version,
-				LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwnerStart: x.ownerStart,
-			}),
+			containerd.WithContainerLabels(labels),
 			func(context.Context, *containerd.Client, *containers.Container) error {
 				faultpoint.Reach(faultpoint.CreateContainer)
 				return nil
@@ -484,17 +480,26 @@ func (x *execution) createContainer(view *baseView, base *images.Image, spec *sp
 	return nil
 }
 
-// holdLease creates the run's lease, named after the run and labelled
-// with it and its owner. x.ctx names it on every request, so what
-// containerd creates for the run (the image import's content, the base
-// image view, what the client would otherwise hold with an unlabelled
-// lease of its own while it creates the container) is held by it: a
-// hookbox killed at any point leaves no lease gc cannot attribute, and
-// teardown or gc drop it with the view (docs/architecture.md, "gc").
-func (x *execution) holdLease(ctx context.Context) error {
-	if _, err := x.opts.Backend.Client.LeasesService().Create(ctx, leases.WithID(x.id), leases.WithExpiration(24*time.Hour),
-		leases.WithLabels(x.ownerLabels())); err != nil && !errdefs.IsAlreadyExists(err) {
-		return fmt.Errorf("lease for the run's containerd resources: %w", err)
+// BaseViewKey names the base image's shared view and the lease that holds
+// it (and the image's content when a run imports it): hookbox-base- and
+// the chain id of the image's one layer.
+func BaseViewKey(base *images.Image) string {
+	return baseViewPrefix + identity.ChainID([]digest.Digest{base.LayerDigest}).Encoded()
+}
+
+// baseViewPrefix begins every base view's key.
+const baseViewPrefix = "hookbox-base-"
+
+// holdBaseLease makes the base image's lease (BaseViewKey), without an
+// expiry: it holds the one read-only view of the image every run mounts,
+// for as long as that image is hookbox's base (hookbox gc removes the
+// leases and views of other base images once no run is live). x.ctx
+// names it on every request, so the client never takes an unlabelled
+// lease of its own while it creates the container either.
+func (x *execution) holdBaseLease(ctx context.Context, key string) error {
+	if _, err := x.opts.Backend.Client.LeasesService().Create(ctx, leases.WithID(key),
+		leases.WithLabels(map[string]string{images.BaseLabel: key})); err != nil && !errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("lease for the base image's view: %w", err)
 	}
 	return nil
 }
@@ -578,17 +583,30 @@ type baseView struct {
 	err    error
 }
 
+// failure waits for the view, and adds its error to prepare's err when
+// err does not hold it already: a containerd that stopped answering is
+// named even when the other half of prepare failed first.
+func (v *baseView) failure(err error) error {
+	<-v.done
+	if err != nil && v.err != nil && !errors.Is(err, v.err) {
+		err = fmt.Errorf("%w; %w", err, v.err)
+	}
+	return err
+}
+
 // wait returns the view's mounts once containerd answered.
 func (v *baseView) wait() ([]mount.Mount, error) {
 	<-v.done
 	return v.mounts, v.err
 }
 
-// viewBase starts making the run's read-only view of the base image. The
-// image's one layer is uncompressed, so its digest is the diff_id and the
-// chain id of its unpacked snapshot: the view names it directly, and only
-// a missing snapshot costs the image lookups and the import
-// (rootfsMounts). It emits nothing: the run's events stay in order.
+// viewBase starts asking for the mounts of the base image's read-only
+// view, which every run shares: one request, unless no run has made the
+// view yet. The image's one layer is uncompressed, so its digest is the
+// diff_id and the chain id of its unpacked snapshot: the view names it
+// directly, and only a missing snapshot costs the image lookups and the
+// import (rootfsMounts). It emits nothing: the run's events stay in
+// order.
 func (x *execution) viewBase(base *images.Image) *baseView {
 	v := &baseView{done: make(chan struct{})}
 	go func() {
@@ -601,12 +619,28 @@ func (x *execution) viewBase(base *images.Image) *baseView {
 	return v
 }
 
-// makeView makes the view. It is held by the run's lease (ctx carries it,
-// from x.ctx), so containerd's garbage collector leaves it alone until
-// teardown (or gc) drops both.
+// makeView returns the mounts of the base image's view, making its lease
+// and the view when there are none yet (two runs making them at once both
+// get the one view). The view is read-only and holds nothing of a run: the
+// run's writable places are its own tmpfs mounts. It is held by its lease
+// (ctx carries it, from x.ctx), so containerd's garbage collector leaves
+// it, and the image's snapshot below it, alone.
 func (x *execution) makeView(ctx context.Context, base *images.Image) ([]mount.Mount, error) {
+	sn := x.opts.Backend.Client.SnapshotService(images.Snapshotter)
+	key := BaseViewKey(base)
+	m, err := sn.Mounts(ctx, key)
+	if !errdefs.IsNotFound(err) {
+		return m, err
+	}
+	if err := x.holdBaseLease(ctx, key); err != nil {
+		return nil, err
+	}
 	parent := identity.ChainID([]digest.Digest{base.LayerDigest}).String()
-	return x.opts.Backend.Client.SnapshotService(images.Snapshotter).View(ctx, x.id, parent, snapshots.WithLabels(x.ownerLabels()))
+	m, err = sn.View(ctx, key, parent, snapshots.WithLabels(map[string]string{images.BaseLabel: key}))
+	if errdefs.IsAlreadyExists(err) {
+		return sn.Mounts(ctx, key)
+	}
+	return m, err
 }
 
 // rootfsMounts returns the rootfs: an overlay with the runfiles tree above
@@ -964,7 +998,6 @@ func (x *execution) teardown() {
 		}()
 	}
 	fail("delete container", x.daemonStep(ctx, "container", x.deleteContainer))
-	fail("delete snapshot", x.daemonStep(ctx, "snapshot", x.deleteSnapshot))
 	if x.cg != nil {
 		if err := retry(x.cg.Remove); err != nil {
 			fail("remove cgroup", err)

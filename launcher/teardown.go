@@ -25,8 +25,8 @@ import (
 // them past the grace period (docs/architecture.md "Teardown when
 // containerd fails"). A variable only so that tests can shorten them.
 var daemonDeadlines = struct {
-	// step: one teardown step (delete the task, the container, the
-	// snapshot), its retries included.
+	// step: one teardown step (delete the task, the container), its
+	// retries included.
 	step time.Duration
 	// create: each step that creates (base image, image view, container,
 	// task) or starts the task; runc create mounts the rootfs, slower
@@ -241,7 +241,7 @@ func (x *execution) daemonFailed(err error, timeout time.Duration) error {
 }
 
 // daemonStep is one containerd step of teardown that removes resource
-// what (task, container, snapshot): retried while the resource is briefly
+// what (task, container): retried while the resource is briefly
 // busy, within daemonDeadlines.step in all. Once containerd has been found
 // unreachable the step is not tried; a step that fails leaves its resource
 // in Result.Leftovers, for hookbox gc (docs/contracts.md 2.4).
@@ -412,10 +412,6 @@ func (x *execution) deleteContainer(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-func (x *execution) deleteSnapshot(ctx context.Context) error {
-	return removeSnapshot(ctx, x.opts.Backend.Client, x.id)
 }
 
 // writeConfigFiles writes the files under render.ConfigDir into dir, owned
