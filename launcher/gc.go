@@ -667,7 +667,12 @@ func finishedCleanly(dir string) bool {
 	if json.Unmarshal(data, &res) != nil {
 		return false
 	}
-	return !slices.Contains(res.Reasons, ReasonTeardownIncomplete)
+	return tornDownCleanly(res.Reasons)
+}
+
+// tornDownCleanly: a result with reasons left nothing behind.
+func tornDownCleanly(reasons []string) bool {
+	return !slices.Contains(reasons, ReasonTeardownIncomplete)
 }
 
 func (g *collector) collectContainer(runID, id string) {

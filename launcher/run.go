@@ -310,9 +310,10 @@ func (x *execution) run() {
 	case werr == nil:
 		// Before the notifier, so that it can pass the attestation on.
 		x.attest()
-	}
-	if finishedCleanly(x.dir) {
-		unmarkActive(x.opts.StateDir, x.id, false)
+		// What finishedCleanly will read back from the record.
+		if tornDownCleanly(res.Reasons) {
+			unmarkActive(x.opts.StateDir, x.id, false)
+		}
 	}
 	x.emit(Event{Type: EventResult, Result: res})
 	x.notify()

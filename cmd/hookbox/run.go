@@ -107,7 +107,7 @@ content digest, as hookbox render prints them (docs/architecture.md
 mount exists. result.json records both digests.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resumeCollection = holdCollection(startupHeapLimit)
+			resumeCollection := holdCollection(startupHeapLimit)
 			defer resumeCollection()
 			address, stateDir, cacheDir := h.address, h.stateDir, h.cacheDir
 			params, err := compiler.ParseSetFlags(sets)
@@ -166,7 +166,7 @@ mount exists. result.json records both digests.`,
 			}
 			plan := notify.Resolve(notifyconf.FlagSetting(flagged, notifyArgv, notifyTimeout, noNotify), compiler.NotifySetting(parsed, r.Spawn), global.Notify)
 			return runSpawn(ctx, cmd, r, backend, runFlags{dirs: dirs, json: jsonOut, grace: grace, requireTrace: requireTrace, verifyRunfiles: verifyRunfiles, notify: plan, secrets: global.Secrets,
-				signer: signer, unsigned: unsigned, runfiles: assembled})
+				signer: signer, unsigned: unsigned, runfiles: assembled, resumeCollection: resumeCollection})
 		},
 	}
 	cmd.Flags().StringVar(&spawn, "spawn", "", "the spawn to run when SPEC holds several")
@@ -198,6 +198,9 @@ type runFlags struct {
 	signer         *attest.Signer // nil: the attestation is unsigned, for the reason in unsigned
 	unsigned       string
 	runfiles       *runfiles.Result // assembled by checkExpectedDigest, or nil
+	// resumeCollection ends holdCollection's hold (once; later calls do
+	// nothing).
+	resumeCollection func()
 }
 
 // checkExpectedDigest refuses a render that --expect-digest does not name
@@ -267,7 +270,7 @@ func runSpawn(ctx context.Context, cmd *cobra.Command, r *render.Render, cfg lau
 	sink := opts.Sink
 	opts.Sink = launcher.SinkFunc(func(e launcher.Event) {
 		if e.Type == launcher.EventSpawned {
-			time.AfterFunc(collectionResumeDelay, resumeCollection)
+			time.AfterFunc(collectionResumeDelay, f.resumeCollection)
 		}
 		sink.Emit(e)
 	})
@@ -303,10 +306,6 @@ const startupHeapLimit = 64 << 20
 // resumes: past the start and, for a short run, its teardown, which wait
 // on containerd with the host's two cores busy.
 const collectionResumeDelay = 500 * time.Millisecond
-
-// resumeCollection ends the hold holdCollection began (once; later calls
-// do nothing).
-var resumeCollection = func() {}
 
 // holdCollection stops garbage collection until the returned function is
 // called, unless the heap reaches limit first. A run allocates most of
