@@ -437,6 +437,68 @@ func TestContainerdStoppedPastTimeout(t *testing.T) {
 	}
 }
 
+// TestContainerdStoppedDuringStart: the engine runs, but Start's reply
+// does not come (runc start is held for 30 s after it exec'd the engine,
+// and containerd is stopped for 30 s): the engine still ends at its 3 s
+// timeout, because a run does not wait for a reply past its deadline once
+// its engine runs.
+func TestContainerdStoppedDuringStart(t *testing.T) {
+	e := newManagedEnv(t)
+	hold := holdRuncStart(t, e)
+	daemonPID := e.startManaged()
+	const timeout = 3 * time.Second
+	marker := fmt.Sprintf("hbx-ctrd-start-%d", time.Now().UnixNano())
+	spec := e.shellSpec("stalled-start", "echo ready; /usr/bin/sleep 30; echo done", marker, "3s")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lr := e.startRun(ctx, spec, "ready")
+	started := lr.spawned.StartedAt
+	ms := engineMembers(t, lr.spawned.CgroupsPath)
+	resumed := stallDaemon(t, daemonPID, 30*time.Second)
+
+	life := engineGoneWithin(t, ms, started, "its start with a 3s timeout", timeout+faultGrace+3*time.Second)
+	t.Logf("engine overrun past its timeout: %s", (life - timeout).Round(time.Millisecond))
+	lr.exitWithin(t, started, "the engine's start", timeout+faultGrace+12*time.Second)
+	assertNoneSurvives(t, ms, marker, lr.spawned.CgroupsPath)
+	res := assertFaultResult(t, lr, launcher.ReasonTimeout)
+
+	os.Remove(hold)
+	<-resumed
+	assertNextRunWorks(t, e, res.RunID)
+}
+
+// holdRuncStart puts a runc first on the PATH of e's managed containerd
+// (and so of its shims) that, while the returned file exists, keeps
+// `runc start` from returning for 30 s after the real one did: the
+// engine runs, and the shim's reply to Start waits.
+func holdRuncStart(t *testing.T, e *env) string {
+	t.Helper()
+	real, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	hold := filepath.Join(dir, "hold-start")
+	script := fmt.Sprintf(`#!/bin/sh
+for a in "$@"; do
+	if [ "$a" = start ] && [ -e %[1]q ]; then
+		%[2]q "$@"; rc=$?
+		sleep 30
+		exit $rc
+	fi
+done
+exec %[2]q "$@"
+`, hold, real)
+	if err := os.WriteFile(filepath.Join(dir, "runc"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.extraEnv = append(e.extraEnv, "PATH="+dir+":"+os.Getenv("PATH"))
+	return hold
+}
+
 // TestContainerdStoppedCtrlC: a cancellation while containerd is stopped
 // ends the engine within the grace and hookbox soon after.
 func TestContainerdStoppedCtrlC(t *testing.T) {

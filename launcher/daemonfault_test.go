@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"hookbox.dev/hookbox/internal/host"
 )
 
 // hungContainerd serves gRPC on a unix socket and answers no call: each
@@ -151,5 +154,47 @@ func TestDaemonUnreachable(t *testing.T) {
 		if got := daemonUnreachable(tc.err); got != tc.want {
 			t.Errorf("daemonUnreachable(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// A Start whose reply hangs cannot hold a run past its timeout: once the
+// deadline passes, an init that already exec'd counts as the running
+// engine (wait's timeout then ends it), while one that did not exec
+// still waits for containerd's answer. A cancellation is the same.
+func TestAwaitStartDoesNotOutwaitTheDeadline(t *testing.T) {
+	self, err := host.Exe(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung := make(chan error) // containerd never answers
+	newExecution := func(initExe string, ctx context.Context) *execution {
+		return &execution{ctx: ctx, initPID: os.Getpid(), initExe: initExe, deadline: time.Now().Add(50 * time.Millisecond)}
+	}
+
+	// The init exec'd something other than runc's binary: the engine runs.
+	x := newExecution("/runc-init-before-start", context.Background())
+	running, err := x.awaitStart(hung)
+	if !running || err != nil {
+		t.Fatalf("engine running, Start unanswered past the deadline: running %v, err %v; want running", running, err)
+	}
+	if early := time.Until(x.deadline); early > 0 {
+		t.Errorf("gave up on Start %s before the deadline", early)
+	}
+
+	// The init still is runc's: only containerd's answer ends the wait.
+	answer := make(chan error, 1)
+	x = newExecution(self, context.Background())
+	time.AfterFunc(200*time.Millisecond, func() { answer <- errors.New("start failed") })
+	running, err = x.awaitStart(answer)
+	if running || err == nil || err.Error() != "start failed" {
+		t.Fatalf("init not exec'd: running %v, err %v; want containerd's answer", running, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	x = newExecution("/runc-init-before-start", ctx)
+	x.deadline = time.Now().Add(time.Hour)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if running, err = x.awaitStart(hung); !running || err != nil {
+		t.Fatalf("cancelled with the engine running: running %v, err %v; want running", running, err)
 	}
 }

@@ -216,8 +216,11 @@ type execution struct {
 	// runc init's, never the engine's.
 	engineStarted bool
 	// initPID and initExe: the task's init and its executable before Start.
-	initPID   int
-	initExe   string
+	initPID int
+	initExe string
+	// deadline is when the run's timeout ends the engine: set as Start is
+	// sent, so a Start whose reply hangs does not defer it.
+	deadline  time.Time
 	killedFor string // status decided by hookbox (timeout, cancel), "" when the engine ended on its own
 	// stopped: teardown saw every process of the run end (through the
 	// kernel); shimExited: containerd reported the task's exit;
@@ -748,22 +751,16 @@ func (x *execution) create() error {
 	// Start's reply arrives: once created, starting is not abandoned.
 	faultpoint.Reach(faultpoint.BeforeStart)
 	startErr := make(chan error, 1)
+	x.deadline = time.Now().Add(time.Duration(x.r.Limits.TimeoutMS) * time.Millisecond)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), daemonDeadlines.create)
 		defer cancel()
 		startErr <- x.task.Start(ctx)
 	}()
-	select {
-	case err = <-startErr:
-	case <-x.ctx.Done():
-		// Cancelled before containerd answered Start (it may hang): an
-		// engine already running is ended by teardown through the kernel,
-		// without waiting for the reply.
-		if x.initExecuted() {
-			x.engineStarted = true
-			return nil
-		}
-		err = <-startErr
+	running, err := x.awaitStart(startErr)
+	if running {
+		x.engineStarted = true
+		return nil
 	}
 	if err = x.daemonFailed(err, daemonDeadlines.create); err != nil {
 		// A containerd that died or hung mid-call may have started the
@@ -774,6 +771,30 @@ func (x *execution) create() error {
 	}
 	x.engineStarted = true
 	return nil
+}
+
+// awaitStart waits for containerd's answer to Start, or reports that the
+// engine runs without one. Cancelled, or past the run's deadline, before
+// containerd answered (it may hang), an engine that already runs is not
+// left running until the reply: wait ends it on time and teardown through
+// the kernel. One that does not run yet cannot have run the engine, and
+// containerd's answer (or the create deadline) still decides.
+func (x *execution) awaitStart(startErr <-chan error) (running bool, err error) {
+	overdue := time.NewTimer(time.Until(x.deadline))
+	defer overdue.Stop()
+	cancelled := x.ctx.Done()
+	for {
+		select {
+		case err := <-startErr:
+			return false, err
+		case <-cancelled:
+			cancelled = nil
+		case <-overdue.C:
+		}
+		if x.initExecuted() {
+			return true, nil
+		}
+	}
 }
 
 // initExecuted reports whether the task's init no longer runs runc's
@@ -873,7 +894,7 @@ func (x *execution) readStdout(r io.Reader) {
 func (x *execution) wait() {
 	faultpoint.Reach(faultpoint.Running)
 	l := x.r.Limits
-	timeout := time.NewTimer(time.Duration(l.TimeoutMS) * time.Millisecond)
+	timeout := time.NewTimer(time.Until(x.deadline))
 	defer timeout.Stop()
 	var firstOutput, idle <-chan time.Time
 	var idleTimer *time.Timer
