@@ -473,10 +473,11 @@ func TestConcurrentWatches(t *testing.T) {
 	}
 }
 
-// With a ring that holds one event and a slow consumer, a burst loses
+// With a ring that holds one event and a consumer that cannot read (held
+// here on the tracer's lock, which each dispatch takes), a burst loses
 // events, and every loss is counted: received + lost == matched.
 func TestOverflowAccounting(t *testing.T) {
-	tr := requireTracer(t, Options{RingSize: 16 << 10, PollInterval: 50 * 1e6})
+	tr := requireTracer(t, Options{RingSize: 16 << 10})
 	cg := newTestCgroup(t)
 	w, err := tr.Watch(cg.ID, Policy{})
 	if err != nil {
@@ -484,11 +485,14 @@ func TestOverflowAccounting(t *testing.T) {
 	}
 	col := collect(w)
 	const n = 500
-	if err := cg.command("/bin/sh", "-c", "i=0; while [ $i -lt "+strconv.Itoa(n)+" ]; do /bin/true; i=$((i+1)); done").Run(); err != nil {
-		t.Fatal(err)
+	tr.mu.Lock()
+	burst := cg.command("/bin/sh", "-c", "i=0; while [ $i -lt "+strconv.Itoa(n)+" ]; do /bin/true; i=$((i+1)); done").Run()
+	tr.mu.Unlock()
+	if burst != nil {
+		t.Fatal(burst)
 	}
 	events, st := col.stop(t, w)
-	t.Logf("burst of %d execs in a 16 KiB ring: matched %d, received %d, lost %d", n+1, st.Matched, len(events), st.Lost)
+	t.Logf("burst of %d execs in a 16 KiB ring, consumer held: matched %d, received %d, lost %d", n+1, st.Matched, len(events), st.Lost)
 	if st.Matched != n+1 {
 		t.Errorf("matched %d, want %d", st.Matched, n+1)
 	}
@@ -496,10 +500,32 @@ func TestOverflowAccounting(t *testing.T) {
 		t.Errorf("received %d + lost %d != matched %d (%+v)", len(events), st.Lost, st.Matched, st)
 	}
 	if st.Lost == 0 {
-		t.Errorf("no loss with a one-event ring and a 50 ms consumer; the test proves nothing")
+		t.Errorf("no loss with a one-event ring and a held consumer; the test proves nothing")
 	}
 	if inc := st.Incomplete(); len(inc) == 0 || inc[0] != "lost" {
 		t.Errorf("Incomplete() = %v, want lost first", inc)
+	}
+}
+
+// A burst several times the ring's size is read in full although the
+// consumer's poll would not come for an hour: once a quarter of the ring
+// is queued, the BPF side wakes the consumer.
+func TestBurstWakesTheConsumer(t *testing.T) {
+	tr := requireTracer(t, Options{RingSize: 256 << 10, PollInterval: time.Hour})
+	cg := newTestCgroup(t)
+	w, err := tr.Watch(cg.ID, Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := collect(w)
+	const n = 500 // ~4 MiB of events through a ring of 31
+	if err := cg.command("/bin/sh", "-c", "i=0; while [ $i -lt "+strconv.Itoa(n)+" ]; do /bin/true; i=$((i+1)); done").Run(); err != nil {
+		t.Fatal(err)
+	}
+	events, st := col.stop(t, w)
+	t.Logf("burst of %d execs in a 256 KiB ring, one-hour poll: matched %d, received %d, lost %d", n+1, st.Matched, len(events), st.Lost)
+	if st.Matched != n+1 || st.Lost != 0 || uint64(len(events)) != st.Matched {
+		t.Errorf("matched %d, received %d, lost %d: want all %d received", st.Matched, len(events), st.Lost, n+1)
 	}
 }
 
@@ -574,4 +600,29 @@ func TestStopDoesNotWaitForThePoll(t *testing.T) {
 	events, st := col.stop(t, w) // Stop is idempotent: the stats again
 	checkEvents(t, events, expect{kind: KindExec, filename: "/bin/true", argv: []string{"/bin/true", "once"}})
 	requireComplete(t, st)
+}
+
+// A tracer with no watch waits on the ring without a deadline; arming a
+// watch wakes it, so the watch's events arrive live, at the poll, without
+// a Stop or a Drain to fetch them.
+func TestIdleTracerPollsOnceWatched(t *testing.T) {
+	tr := requireTracer(t, Options{PollInterval: 20 * time.Millisecond})
+	time.Sleep(100 * time.Millisecond) // the consumer is waiting, unwatched
+	cg := newTestCgroup(t)
+	w, err := tr.Watch(cg.ID, Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := cg.command("/bin/true").Run(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.Events():
+		if ev.Filename != "/bin/true" {
+			t.Errorf("first event %q, want /bin/true", ev.Filename)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no live event 10 s after the exec: the consumer did not poll once watched")
+	}
 }

@@ -25,7 +25,7 @@ const (
 	MinArgvCap          = 256
 	MaxArgvCap          = 32 << 10
 	DefaultRingSize     = 4 << 20
-	DefaultPollInterval = 10 * time.Millisecond
+	DefaultPollInterval = 50 * time.Millisecond
 	// MaxWatches is how many cgroups one Tracer can watch at once.
 	MaxWatches = 1024
 	// maxAllowedFiles is the capacity of allowed_files, shared by all
@@ -45,9 +45,10 @@ type Options struct {
 	// the default ring) until the consumer reads it; a failed exec or a
 	// refusal 4,208 bytes.
 	RingSize int
-	// PollInterval is the consumer's read deadline: the BPF side never
-	// wakes the consumer (BPF_RB_NO_WAKEUP), so events wait up to this
-	// long in the ring, which must hold the execs of one interval. Default
+	// PollInterval is the consumer's read deadline while a watch is armed:
+	// the BPF side wakes the consumer only once the ring is a quarter
+	// full, so events wait up to this long in the ring (the latency of a
+	// live trace) unless a burst fills it faster. Default
 	// DefaultPollInterval.
 	PollInterval time.Duration
 }

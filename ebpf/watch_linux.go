@@ -133,6 +133,8 @@ func (t *Tracer) Watch(cgroupID uint64, policy Policy) (*Watch, error) {
 	t.slotUsed[w.slot] = true
 	t.lastSlot = w.slot
 	go w.pump()
+	// A consumer with no watch waits without a deadline: wake it to poll.
+	_ = t.reader.Flush()
 	return w, nil
 }
 

@@ -100,10 +100,11 @@ type liveRun struct {
 
 // startRun starts spec and returns once its stdout carried marker; the
 // rest of its output is collected until it exits (liveRun.exited).
-func (e *env) startRun(ctx context.Context, spec, marker string) *liveRun {
+func (e *env) startRun(ctx context.Context, spec, marker string, args ...string) *liveRun {
 	e.t.Helper()
 	lr := &liveRun{exited: make(chan struct{})}
-	lr.cmd = e.command(ctx, "run", "--json", "--state-dir", e.state, "--grace", faultGrace.String(), spec)
+	args = append([]string{"run", "--json", "--state-dir", e.state, "--grace", faultGrace.String()}, append(args, spec)...)
+	lr.cmd = e.command(ctx, args...)
 	lr.cmd.Stderr = &lr.stderr
 	stdout, err := lr.cmd.StdoutPipe()
 	if err != nil {

@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -141,10 +142,27 @@ func TestTraceUnexpectedExecThroughShell(t *testing.T) {
 	}
 }
 
+// TestTraceRingOverflowIsUnchecked: a ring with room for one event, and a
+// reader that cannot read during the burst: hookbox, whose own tracer
+// reads the ring, is stopped while the engine forks (the ring wakes a
+// reader that keeps up, so without the stop nothing would be lost).
 func TestTraceRingOverflowIsUnchecked(t *testing.T) {
 	e := newEnv(t)
-	spec := e.spec("overflow", "- fork: {count: 40, sleep: 10ms}\n- sleep: 500ms\n- exit: 0", "  limits: {pids: 256}")
-	res := e.run(spec, "--trace-ring-size", "16384").mustResult(t) // room for one event
+	spec := e.spec("overflow", "- print: ready\n- sleep: 1s\n- fork: {count: 40, sleep: 10ms}\n- sleep: 500ms\n- exit: 0", "  limits: {pids: 256}")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	lr := e.startRun(ctx, spec, "ready", "--trace-ring-size", "16384")
+	if err := lr.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the 1 s sleep and the forks' 0.4 s
+	if err := lr.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if !lr.waitExit(time.Minute) {
+		t.Fatal("hookbox still runs a minute after the burst")
+	}
+	res := lr.result(t)
 	if res.Trace.Status == "confirmed" || !hasReason(res, "events-lost") {
 		t.Fatalf("a ring too small for the burst must give unchecked/events-lost: %+v", res.Trace)
 	}

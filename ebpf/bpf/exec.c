@@ -133,9 +133,7 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx)
 		bump(slot, C_READ_ERRORS);
 	e->flags = flags;
 
-	/* No wakeup: the consumer polls with a short deadline. A wakeup per
-	 * event costs ~15x the event itself on a small VM. */
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	submit(e);
 	return 0;
 }
 
@@ -221,7 +219,7 @@ static __always_inline int exit_exec(long ret)
 		bump(slot, C_READ_ERRORS);
 	}
 	e->flags = flags;
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	submit(e);
 	return 0;
 }
 

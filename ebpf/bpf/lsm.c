@@ -110,7 +110,7 @@ int BPF_PROG(deny_exec, struct linux_binprm *bprm, int ret)
 		bump(slot, C_READ_ERRORS);
 	}
 	e->flags = flags;
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	submit(e);
 	return -EPERM;
 }
 
@@ -131,7 +131,7 @@ static __always_inline int refuse_access(__u32 target, __u32 mode, __u16 flags)
 	e->target = target;
 	e->mode = mode;
 	e->flags = flags;
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	submit(e);
 	return -EPERM;
 }
 
