@@ -117,7 +117,7 @@ func BenchmarkAssembleManyFiles(b *testing.B) {
 	}
 	// Files written within the stat cache's racy window are read again on
 	// every assembly: let them age, as an installed package has.
-	time.Sleep(racyWindow + 100*time.Millisecond)
+	time.Sleep(RacyWindow + 100*time.Millisecond)
 	programs := []string{pkg}
 	warm := func(b *testing.B) *Store {
 		s := openBenchStore(b)

@@ -74,7 +74,7 @@ func (t entryType) String() string {
 }
 
 func (r *plannedEntry) trusted() bool {
-	return r.key.usable() && r.key.CtimeNS <= r.readNS-int64(racyWindow)
+	return r.key.usable() && r.key.CtimeNS <= r.readNS-int64(RacyWindow)
 }
 
 // matches reports whether e, an entry of a closure, is r.

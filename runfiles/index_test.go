@@ -59,7 +59,7 @@ func newIndexedPackages(t *testing.T, n int) []indexedPackage {
 			agedPackages.pkgs = append(agedPackages.pkgs, indexedPackage{dir: pkg, programs: []string{"/bin/sh"},
 				opts: Options{Packages: []string{pkg}, ContainerPaths: true}})
 		}
-		time.Sleep(racyWindow + 100*time.Millisecond)
+		time.Sleep(RacyWindow + 100*time.Millisecond)
 	}
 	out := agedPackages.pkgs[:n:n]
 	agedPackages.pkgs = agedPackages.pkgs[n:]
@@ -369,7 +369,7 @@ func TestIndexNotUsed(t *testing.T) {
 	assemble(t, s, p.programs, p.opts)
 	res = assemble(t, s, p.programs, p.opts)
 	if res.Stats.Indexed || res.Stats.FilesHashed == 0 {
-		t.Errorf("a file written %s ago was trusted from the index: %+v", racyWindow, res.Stats)
+		t.Errorf("a file written %s ago was trusted from the index: %+v", RacyWindow, res.Stats)
 	}
 	if e := entry(res.Manifest, render.ContainerPath(fresh)); e.SHA256 != sha256Hex(t, fresh) {
 		t.Errorf("fresh file: %+v", e)

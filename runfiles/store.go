@@ -30,11 +30,11 @@ var sealTime = time.Unix(1, 0)
 // gives every entry, so a program sees the same times in either.
 func TreeModTime() time.Time { return sealTime.UTC() }
 
-// racyWindow: a stat-cache entry is trusted only when the file's ctime is
+// RacyWindow: a stat-cache entry is trusted only when the file's ctime is
 // this much older than the moment its content was read. A write within the
 // same timestamp tick as an earlier one, leaving the size unchanged, would
 // otherwise go unseen on filesystems with coarse timestamps.
-const racyWindow = 2 * time.Second
+const RacyWindow = 2 * time.Second
 
 // copyBufSize is the read size when storing or hashing a file.
 const copyBufSize = 1 << 20
@@ -192,7 +192,7 @@ func (s *Store) lookupStat(key statKey) (r statRecord, found, trusted bool) {
 		return statRecord{}, false, false
 	}
 	// Racily clean: the file may have changed within its ctime's tick.
-	return r, true, key.CtimeNS <= r.ReadNS-int64(racyWindow)
+	return r, true, key.CtimeNS <= r.ReadNS-int64(RacyWindow)
 }
 
 // recordStat writes a stat-cache entry: a new one in place (one write of
