@@ -412,23 +412,7 @@ func TestContainerdKilledMidRun(t *testing.T) {
 func TestContainerdStoppedPastTimeout(t *testing.T) {
 	e := newManagedEnv(t)
 	daemonPID := e.startManaged()
-	const timeout = 3 * time.Second
-	marker := fmt.Sprintf("hbx-ctrd-stop-%d", time.Now().UnixNano())
-	spec := e.shellSpec("stalled", "echo ready; /usr/bin/sleep 30; echo done", marker, "3s")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	lr := e.startRun(ctx, spec, "ready")
-	// Recorded before Start, so the timeout counts from a little later:
-	// what is measured from here is an upper bound of the overrun.
-	started := lr.spawned.StartedAt
-	ms := engineMembers(t, lr.spawned.CgroupsPath)
-
-	resumed := stallDaemon(t, daemonPID, 30*time.Second)
-	life := engineGoneWithin(t, ms, started, "its start with a 3s timeout", timeout+faultGrace+3*time.Second)
-	t.Logf("engine overrun past its timeout: %s", (life - timeout).Round(time.Millisecond))
-	lr.exitWithin(t, started, "the engine's start", timeout+faultGrace+12*time.Second)
-	assertNoneSurvives(t, ms, marker, lr.spawned.CgroupsPath)
-	res := assertFaultResult(t, lr, launcher.ReasonTimeout)
+	res, resumed := runStalledPastTimeout(t, e, daemonPID, "stalled")
 
 	// The daemon resumes after its 30 s; the next run reuses it.
 	<-resumed
@@ -447,28 +431,40 @@ func TestContainerdStoppedDuringStart(t *testing.T) {
 	e := newManagedEnv(t)
 	hold := holdRuncStart(t, e)
 	daemonPID := e.startManaged()
-	const timeout = 3 * time.Second
-	marker := fmt.Sprintf("hbx-ctrd-start-%d", time.Now().UnixNano())
-	spec := e.shellSpec("stalled-start", "echo ready; /usr/bin/sleep 30; echo done", marker, "3s")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	if err := os.WriteFile(hold, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lr := e.startRun(ctx, spec, "ready")
-	started := lr.spawned.StartedAt
-	ms := engineMembers(t, lr.spawned.CgroupsPath)
-	resumed := stallDaemon(t, daemonPID, 30*time.Second)
-
-	life := engineGoneWithin(t, ms, started, "its start with a 3s timeout", timeout+faultGrace+3*time.Second)
-	t.Logf("engine overrun past its timeout: %s", (life - timeout).Round(time.Millisecond))
-	lr.exitWithin(t, started, "the engine's start", timeout+faultGrace+12*time.Second)
-	assertNoneSurvives(t, ms, marker, lr.spawned.CgroupsPath)
-	res := assertFaultResult(t, lr, launcher.ReasonTimeout)
+	res, resumed := runStalledPastTimeout(t, e, daemonPID, "stalled-start")
 
 	os.Remove(hold)
 	<-resumed
 	assertNextRunWorks(t, e, res.RunID)
+}
+
+// runStalledPastTimeout runs an engine with a 3 s timeout that would run
+// 30 s, SIGSTOPs containerd for 30 s once the engine printed, and checks
+// that the engine ended at its timeout and hookbox soon after, with the
+// fault's result. It returns that result and a channel closed once
+// containerd runs again.
+func runStalledPastTimeout(t *testing.T, e *env, daemonPID int, name string) (*launcher.Result, <-chan struct{}) {
+	t.Helper()
+	const timeout = 3 * time.Second
+	marker := fmt.Sprintf("hbx-ctrd-%s-%d", name, time.Now().UnixNano())
+	spec := e.shellSpec(name, "echo ready; /usr/bin/sleep 30; echo done", marker, "3s")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	lr := e.startRun(ctx, spec, "ready")
+	// Recorded before Start, so the timeout counts from a little later:
+	// what is measured from here is an upper bound of the overrun.
+	started := lr.spawned.StartedAt
+	ms := engineMembers(t, lr.spawned.CgroupsPath)
+
+	resumed := stallDaemon(t, daemonPID, 30*time.Second)
+	life := engineGoneWithin(t, ms, started, "its start with a 3s timeout", timeout+faultGrace+3*time.Second)
+	t.Logf("engine overrun past its timeout: %s", (life - timeout).Round(time.Millisecond))
+	lr.exitWithin(t, started, "the engine's start", timeout+faultGrace+12*time.Second)
+	assertNoneSurvives(t, ms, marker, lr.spawned.CgroupsPath)
+	return assertFaultResult(t, lr, launcher.ReasonTimeout), resumed
 }
 
 // holdRuncStart puts a runc first on the PATH of e's managed containerd
