@@ -80,11 +80,23 @@ func treeAssembly(hookbox, spec string) (string, error) {
 		return "", err
 	}
 	// A file changed within the stat cache's racy window is hashed again by
-	// the next assembly, and make bench has just rebuilt hookbox-init: the
-	// cached runs must not count that.
-	var newest time.Time
+	// the next assembly, and make bench has just rebuilt hookbox-init (the
+	// container's init, assembled with the programs): the cached runs must
+	// not count that.
+	paths := []string{}
 	for _, p := range r.Programs {
-		if fi, err := os.Stat(p.HostPath); err == nil {
+		paths = append(paths, p.HostPath)
+	}
+	if r.Init != nil {
+		init, err := plan.InitHostPath()
+		if err != nil {
+			return "", err
+		}
+		paths = append(paths, init)
+	}
+	var newest time.Time
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 				if c := time.Unix(st.Ctim.Unix()); c.After(newest) {
 					newest = c
