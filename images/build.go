@@ -197,8 +197,14 @@ func (img *Image) LayoutTar() ([]byte, error) {
 // slash on directories, owner 0:0 with empty user and group names, mtime
 // SourceDateEpoch, no access or change times.
 func layerTar(entries []Entry) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	// Sized once: every run builds the base image (the CA bundle is most
+	// of it), and a buffer grown by doubling copies it a dozen times.
+	size := 2 * 512 // the end-of-archive blocks
+	for _, e := range entries {
+		size += 512 + (len(e.Data)+511)/512*512
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	tw := tar.NewWriter(buf)
 	for _, e := range entries {
 		name := strings.TrimPrefix(e.Path, "/")
 		if e.Type == Dir {

@@ -307,6 +307,9 @@ func (x *execution) run() {
 	}
 	res.Timings.Finish = 0
 	res.Timings.Finish = res.Timings.Total - res.Timings.Sum() // absorbs the rounding of the others
+	// A notifier that will not start has its outcome already: result.json
+	// is then written once, not again after notify.
+	res.Notify = x.opts.Notify.Skipped(string(res.Status), res.Spawn)
 	switch werr := writeJSON(filepath.Join(x.dir, ResultFile), res, 0o644); {
 	case werr != nil && res.Error == "":
 		res.Status, res.Error = StatusInfraError, "write result: "+werr.Error()
@@ -328,6 +331,10 @@ func (x *execution) run() {
 // ends it.
 func (x *execution) notify() {
 	res := x.result
+	if res.Notify != nil { // skipped, and recorded with the result
+		x.emit(Event{Type: EventNotify, Notify: res.Notify})
+		return
+	}
 	ctx := x.ctx
 	if ctx.Err() != nil {
 		ctx = context.WithoutCancel(ctx)

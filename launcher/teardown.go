@@ -62,15 +62,19 @@ func (x *execution) stopAll(ctx context.Context) error {
 		}
 	}
 	faultpoint.Reach(faultpoint.Grace)
-	// The grace period ends as soon as the cgroup is empty.
+	// The grace period ends as soon as the cgroup is empty. A cgroup seen
+	// empty stays so (only a member could fork into it), so the SIGKILL
+	// step and its second membership walk are left out.
+	emptied := false
 	if x.cg != nil {
 		graceCtx, cancel := context.WithTimeout(ctx, x.opts.Grace)
-		_ = x.cg.WaitEmpty(graceCtx, 10*time.Millisecond)
+		emptied = x.cg.WaitEmpty(graceCtx, 10*time.Millisecond) == nil
 		cancel()
 	} else {
 		x.waitInit(x.opts.Grace)
 	}
 	switch {
+	case emptied:
 	case x.cg != nil:
 		if empty, _ := x.cg.Empty(); !empty {
 			x.cg.KillAll(unix.SIGKILL)

@@ -121,3 +121,9 @@ func (p Plan) skip(status, spawn string) *Outcome {
 // and spawn: the launcher says, before it seals the result, that one will
 // run without a cgroup of its own.
 func (p Plan) Starts(status, spawn string) bool { return p.skip(status, spawn) == nil }
+
+// Skipped is the outcome of a run of this status and spawn for which Run
+// starts no notifier (what Run would return), or nil when it starts one:
+// the launcher records it with the result instead of rewriting the result
+// after Run.
+func (p Plan) Skipped(status, spawn string) *Outcome { return p.skip(status, spawn) }
