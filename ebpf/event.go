@@ -2,15 +2,12 @@ package ebpf
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 )
 
 // Kind says what an Event records.
@@ -291,128 +288,4 @@ func SplitArgv(b []byte) [][]byte {
 	b = bytes.Clone(b)
 	b = bytes.TrimSuffix(b, []byte{0})
 	return bytes.Split(b, []byte{0})
-}
-
-// Bytes is a byte string that marshals to JSON as a string when it is
-// valid UTF-8 and as {"b64": "<standard base64>"} otherwise, so arbitrary
-// bytes (argv elements, filenames) round-trip exactly.
-type Bytes []byte
-
-// MarshalJSON implements json.Marshaler.
-func (b Bytes) MarshalJSON() ([]byte, error) {
-	if utf8.Valid(b) {
-		return json.Marshal(string(b))
-	}
-	return json.Marshal(struct {
-		B64 string `json:"b64"`
-	}{base64.StdEncoding.EncodeToString(b)})
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (b *Bytes) UnmarshalJSON(data []byte) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err == nil {
-		*b = Bytes(s)
-		return nil
-	}
-	var o struct {
-		B64 *string `json:"b64"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&o); err != nil || o.B64 == nil {
-		return fmt.Errorf("bytes: want a string or {\"b64\": ...}, got %s", data)
-	}
-	v, err := base64.StdEncoding.DecodeString(*o.B64)
-	if err != nil {
-		return fmt.Errorf("bytes: %w", err)
-	}
-	*b = v
-	return nil
-}
-
-// eventJSON is the trace.jsonl form of an Event. Byte strings (comm,
-// filename, each argv element) are JSON strings when valid UTF-8, else
-// {"b64": ...} (see Bytes). dev is "major:minor".
-type eventJSON struct {
-	Kind      Kind     `json:"kind"`
-	Time      uint64   `json:"time_ns"`
-	CgroupID  uint64   `json:"cgroup_id"`
-	TGID      uint32   `json:"tgid"`
-	TID       uint32   `json:"tid"`
-	PPID      uint32   `json:"ppid"`
-	UID       uint32   `json:"uid"`
-	Comm      Bytes    `json:"comm"`
-	Filename  Bytes    `json:"filename"`
-	Argv      []Bytes  `json:"argv"`
-	ArgvLen   uint32   `json:"argv_len"`
-	Truncated bool     `json:"truncated"`
-	Dev       string   `json:"dev"`
-	Ino       uint64   `json:"ino"`
-	Errno     int32    `json:"errno,omitempty"`
-	Killed    bool     `json:"killed"`
-	Target    uint32   `json:"target,omitempty"`
-	Mode      uint32   `json:"mode,omitempty"`
-	Flags     []string `json:"flags,omitempty"`
-}
-
-// MarshalJSON writes the trace.jsonl form:
-//
-//	{"kind":"exec","time_ns":…,"cgroup_id":…,"tgid":…,"tid":…,"ppid":…,
-//	 "uid":0,"comm":"true","filename":"/bin/true",
-//	 "argv":["/bin/true","a","",{"b64":"/w=="}],"argv_len":18,
-//	 "truncated":false,"dev":"254:0","ino":1234,"killed":false}
-//
-// argv is always an array (empty, never null); errno appears for failed
-// execs and refusals, target and mode for ptrace-denied; flags lists every
-// flag bit by name when any is set.
-func (e Event) MarshalJSON() ([]byte, error) {
-	j := eventJSON{
-		Kind: e.Kind, Time: e.Time, CgroupID: e.CgroupID,
-		TGID: e.TGID, TID: e.TID, PPID: e.PPID, UID: e.UID,
-		Comm: Bytes(e.Comm), Filename: Bytes(e.Filename),
-		Argv:    make([]Bytes, len(e.Argv)),
-		ArgvLen: e.ArgvLen, Truncated: e.Truncated,
-		Dev: FileID{Dev: e.Dev}.DevString(), Ino: e.Ino,
-		Errno: int32(e.Errno), Killed: e.Killed, Target: e.Target, Mode: e.Mode,
-		Flags: e.Flags.Names(),
-	}
-	for i, a := range e.Argv {
-		j.Argv[i] = Bytes(a)
-	}
-	return json.Marshal(j)
-}
-
-// UnmarshalJSON reads the form MarshalJSON writes.
-func (e *Event) UnmarshalJSON(data []byte) error {
-	var j eventJSON
-	if err := json.Unmarshal(data, &j); err != nil {
-		return err
-	}
-	if !j.Kind.known() {
-		return fmt.Errorf("event: unknown kind %q", j.Kind)
-	}
-	dev, err := parseDev(j.Dev)
-	if err != nil {
-		return fmt.Errorf("event: %w", err)
-	}
-	flags, err := parseFlags(j.Flags)
-	if err != nil {
-		return fmt.Errorf("event: %w", err)
-	}
-	*e = Event{
-		Kind: j.Kind, Time: j.Time, CgroupID: j.CgroupID,
-		TGID: j.TGID, TID: j.TID, PPID: j.PPID, UID: j.UID,
-		Comm: string(j.Comm), Filename: string(j.Filename),
-		ArgvLen: j.ArgvLen, Truncated: j.Truncated,
-		Dev: dev, Ino: j.Ino, Errno: syscall.Errno(j.Errno),
-		Killed: j.Killed, Target: j.Target, Mode: j.Mode, Flags: flags,
-	}
-	if len(j.Argv) > 0 {
-		e.Argv = make([][]byte, len(j.Argv))
-		for i, a := range j.Argv {
-			e.Argv[i] = []byte(a)
-		}
-	}
-	return nil
 }

@@ -102,8 +102,6 @@ type tracing struct {
 	consumed sync.WaitGroup
 	file     *os.File
 	out      *bufio.Writer // trace.jsonl, flushed when the watch ends
-	// unwritten counts events that could not be encoded for the record.
-	unwritten int
 	// stopped: the watch is stopped and the record ended (stopTrace);
 	// writeErr is why the record could not be written whole.
 	stopped  bool
@@ -230,11 +228,7 @@ func (x *execution) consumeTrace() {
 	t := x.trace
 	defer t.consumed.Done()
 	for ev := range t.watch.Events() {
-		line, err := json.Marshal(ev)
-		if err != nil {
-			t.unwritten++
-			continue
-		}
+		line := ev.AppendJSON(nil)
 		t.out.Write(line)
 		t.out.WriteByte('\n')
 		x.emit(Event{Type: EventExec, Exec: line})
@@ -272,7 +266,7 @@ func (x *execution) stopTrace() {
 		// process_vm_*, but not /proc/<pid>/mem (docs/threat-model.md).
 		x.result.Degraded = append(x.result.Degraded, ReasonPtraceDenialUnavailable)
 	}
-	t.out.Write(TraceStatsLine(stats, err, t.unwritten))
+	t.out.Write(TraceStatsLine(stats, err))
 	t.writeErr = errors.Join(t.out.Flush(), t.file.Close())
 }
 
@@ -384,11 +378,10 @@ func reverify(recordDir string, r *render.Render, res *Result) (verify.Verdict, 
 }
 
 // TraceStatsLine is trace.jsonl's final line, newline included, for a
-// watch that ended with stats and stopErr; unwritten counts delivered
-// events that could not be encoded (ReadTrace checks the record against
-// it).
-func TraceStatsLine(stats ebpf.Stats, stopErr error, unwritten int) []byte {
-	line := traceStatsLine{Kind: traceStatsKind, Stats: stats, Incomplete: stats.Incomplete(), Unwritten: unwritten}
+// watch that ended with stats and stopErr (ReadTrace checks the record
+// against it).
+func TraceStatsLine(stats ebpf.Stats, stopErr error) []byte {
+	line := traceStatsLine{Kind: traceStatsKind, Stats: stats, Incomplete: stats.Incomplete()}
 	if stopErr != nil {
 		line.StopError = stopErr.Error()
 	}
@@ -407,7 +400,9 @@ type traceStatsLine struct {
 	// StopError: the watch did not stop cleanly, so it cannot vouch for
 	// completeness.
 	StopError string `json:"stop_error,omitempty"`
-	// Unwritten counts delivered events that could not be encoded.
+	// Unwritten counts delivered events the writer could not encode,
+	// which ReadTrace counts as lost. hookbox's writers encode every
+	// event (Event.AppendJSON cannot fail) and leave it out.
 	Unwritten int `json:"unwritten,omitempty"`
 }
 
@@ -441,24 +436,30 @@ func ReadTrace(data []byte) ([]verify.Event, verify.Stats, error) {
 		lines = lines[:len(lines)-1]
 	}
 	for i, line := range lines {
-		var head struct {
-			Kind string `json:"kind"`
-		}
-		err := json.Unmarshal([]byte(line), &head)
-		if err == nil && head.Kind == traceStatsKind {
-			if final != nil {
-				inconsistent["after-stats"] = true
-				continue
-			}
-			var s traceStatsLine
-			if err = json.Unmarshal([]byte(line), &s); err == nil {
-				final = &s
-				continue
-			}
-		}
+		// Most lines are events in the form the tracer writes, which
+		// Event reads without reflection; anything else is told apart
+		// by its kind.
 		var ev ebpf.Event
-		if err == nil {
-			err = json.Unmarshal([]byte(line), &ev)
+		err := ev.UnmarshalJSON([]byte(line))
+		if err != nil {
+			var head struct {
+				Kind string `json:"kind"`
+			}
+			err = json.Unmarshal([]byte(line), &head)
+			if err == nil && head.Kind == traceStatsKind {
+				if final != nil {
+					inconsistent["after-stats"] = true
+					continue
+				}
+				var s traceStatsLine
+				if err = json.Unmarshal([]byte(line), &s); err == nil {
+					final = &s
+					continue
+				}
+			}
+			if err == nil {
+				err = json.Unmarshal([]byte(line), &ev)
+			}
 		}
 		switch {
 		case err != nil && cut && i == len(lines)-1 && final == nil:

@@ -196,16 +196,14 @@ type job struct {
 	dir                  string
 	started              time.Time
 
-	r       *render.Render
-	proc    *cgroup.Process
-	run     *cgroup.Run
-	watch   tracehelper.TracerWatch
-	file    *os.File
-	out     *bufio.Writer
-	written int
-	// unwritten counts events that could not be encoded for the record.
-	unwritten int
-	consumed  sync.WaitGroup
+	r        *render.Render
+	proc     *cgroup.Process
+	run      *cgroup.Run
+	watch    tracehelper.TracerWatch
+	file     *os.File
+	out      *bufio.Writer
+	written  int
+	consumed sync.WaitGroup
 
 	reason, detail string // why it was not armed ("" when armed)
 }
@@ -364,12 +362,7 @@ func (a *Agent) readRender(ctx context.Context, j *job) bool {
 func (j *job) consume() {
 	defer j.consumed.Done()
 	for ev := range j.watch.Events() {
-		line, err := json.Marshal(ev)
-		if err != nil {
-			j.unwritten++
-			continue
-		}
-		j.out.Write(line)
+		j.out.Write(ev.AppendJSON(nil))
 		j.out.WriteByte('\n')
 		j.written++
 	}
@@ -449,7 +442,7 @@ func (j *job) finish(complete bool) {
 	stats, err := j.watch.Stop()
 	j.consumed.Wait()
 	if complete {
-		j.out.Write(launcher.TraceStatsLine(stats, err, j.unwritten))
+		j.out.Write(launcher.TraceStatsLine(stats, err))
 	}
 	if werr := errors.Join(j.out.Flush(), j.file.Close()); werr != nil {
 		j.detail = "the trace record could not be written whole: " + werr.Error()

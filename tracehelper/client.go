@@ -149,7 +149,7 @@ func readReply(br *bufio.Reader, rep *reply) error {
 	if err != nil {
 		return err
 	}
-	return json.Unmarshal(line, rep)
+	return parseReply(line, rep)
 }
 
 // Watch is a cgroup the helper watches for this client.

@@ -406,6 +406,7 @@ func (s *Server) stream(ctx context.Context, c *net.UnixConn, br *bufio.Reader, 
 		sendErr   error // the client cannot be written to: discard the rest
 		out       = bufio.NewWriter(c)
 		enc       = json.NewEncoder(out)
+		line      []byte
 		events    = w.Events()
 		done      = ctx.Done()
 	)
@@ -428,7 +429,8 @@ func (s *Server) stream(ctx context.Context, c *net.UnixConn, br *bufio.Reader, 
 			if sendErr != nil {
 				break
 			}
-			if sendErr = enc.Encode(reply{Type: typeEvent, Event: &ev}); sendErr == nil && len(events) == 0 {
+			line = appendEventLine(line[:0], ev)
+			if _, sendErr = out.Write(line); sendErr == nil && len(events) == 0 {
 				sendErr = out.Flush()
 			}
 			if sendErr != nil {
