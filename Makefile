@@ -117,6 +117,7 @@ fuzz:
 	$(GO) test ./render/verify/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ebpf/ -run '^$$' -fuzz '^FuzzDecodeEvent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ebpf/ -run '^$$' -fuzz '^FuzzSplitArgv$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./ebpf/ -run '^$$' -fuzz '^FuzzEventJSON$$' -fuzztime $(FUZZTIME)
 
 ## cluster-build: build the single-node test cluster (module cluster/) into
 ## bin/cluster: Kubernetes v1.37.2 (kube-apiserver, kube-controller-manager,
