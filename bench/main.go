@@ -268,10 +268,21 @@ spec:
 		if err := runRounds(); err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "| command | median | ratio to ctr run --rm | ratio to runc run |\n|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| command | median | ratio to ctr run --rm | median of the rounds' ratios to ctr run --rm | ratio to runc run |\n|---|---|---|---|---|\n")
 		ctrMedian, runcMedian := median("ctr run --rm"), median("runc run")
+		var ctrRounds []float64
 		for _, r := range rows {
-			fmt.Fprintf(&b, "| %s | %.1f ms | %.2f× | %.2f× |\n", r.name, ms(r.median), ms(r.median)/ms(ctrMedian), ms(r.median)/ms(runcMedian))
+			if r.name == "ctr run --rm" {
+				ctrRounds = msAll(r.all)
+			}
+		}
+		for _, r := range rows {
+			// A row measured in a block of its own has no round to pair.
+			paired := "-"
+			if !r.alone {
+				paired = fmt.Sprintf("%.2f×", medianRatio(msAll(r.all), ctrRounds))
+			}
+			fmt.Fprintf(&b, "| %s | %.1f ms | %.2f× | %s | %.2f× |\n", r.name, ms(r.median), ms(r.median)/ms(ctrMedian), paired, ms(r.median)/ms(runcMedian))
 		}
 		fmt.Fprintf(&b, "\nhookbox peak RSS during a run (max over %d runs): %.1f MiB untraced, %.1f MiB traced (warm, default), %.1f MiB traced (cold, in-process), %.1f MiB traced through the helper\n",
 			n, float64(peakRSS["hookbox run"])/1024, float64(peakRSS["hookbox run (traced, warm, default)"])/1024,
@@ -321,6 +332,26 @@ spec:
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func msAll(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = ms(d)
+	}
+	return out
+}
+
+// medianRatio is the median of xs[i]/base[i]: measurements taken in the
+// same round are compared, so a drift of the host over the rounds (a
+// neighbour's load on a shared VM) cancels out of it.
+func medianRatio(xs, base []float64) float64 {
+	ratios := make([]float64, len(xs))
+	for i := range xs {
+		ratios[i] = xs[i] / base[i]
+	}
+	slices.Sort(ratios)
+	return ratios[len(ratios)/2]
+}
 
 // hookboxSpecPeer writes, for ctr run --config, the OCI spec of the newest
 // untraced run in state with the bench's rootfs as its root and

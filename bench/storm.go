@@ -96,12 +96,9 @@ spec:
 	}
 	// Each round's ratio to the untraced storm of the same round, before
 	// the sort: a drift of the host over the rounds cancels out of it.
-	paired := make([][]float64, len(kinds))
+	paired := make([]float64, len(kinds))
 	for i, k := range kinds {
-		for r, loop := range k.o.loopMS {
-			paired[i] = append(paired[i], loop/kinds[0].o.loopMS[r])
-		}
-		slices.Sort(paired[i])
+		paired[i] = medianRatio(k.o.loopMS, kinds[0].o.loopMS)
 	}
 	for _, k := range kinds {
 		slices.Sort(k.o.loopMS)
@@ -116,7 +113,7 @@ spec:
 	for i, k := range kinds[1:] {
 		o := k.o
 		perExec := (o.loopMS[mid] - off.loopMS[mid]) * 1000 / float64(load.execs)
-		fmt.Fprintf(&b, "| %s | %.0f ms | %.3f× | %.3f× | %+.1f µs | %d | %s |\n", k.name, o.loopMS[mid], o.loopMS[mid]/off.loopMS[mid], paired[i+1][mid], perExec, o.events, o.lost)
+		fmt.Fprintf(&b, "| %s | %.0f ms | %.3f× | %.3f× | %+.1f µs | %d | %s |\n", k.name, o.loopMS[mid], o.loopMS[mid]/off.loopMS[mid], paired[i+1], perExec, o.events, o.lost)
 	}
 	if bpftrace == "" {
 		b.WriteString("\nbpftrace is not installed here, so its exec probe was not compared in this run.\n")
