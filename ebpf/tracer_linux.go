@@ -29,6 +29,7 @@ type Tracer struct {
 	lsmErr  error       // why the BPF LSM programs are not attached
 	links   []link.Link
 	reader  *ringbuf.Reader
+	wait    *ringWait // nil: the reader waits itself (the fd is not pollable)
 	opts    Options
 	ncpu    int
 	started time.Time
@@ -137,6 +138,9 @@ func Load(opts Options) (*Tracer, error) {
 		t.closeObjects()
 		return nil, fmt.Errorf("ring buffer reader: %w", err)
 	}
+	// Without the netpoller the reader's blocking wait still works, at a
+	// higher CPU cost.
+	t.wait, _ = newRingWait(t.objs.Events.FD())
 	t.started = time.Now()
 	go t.consume()
 	return t, nil
@@ -255,6 +259,9 @@ func (t *Tracer) Close() error {
 	t.detach()
 	t.drain()
 	err := t.reader.Close()
+	if t.wait != nil {
+		t.wait.close()
+	}
 	<-t.consumerDone
 	for _, w := range live {
 		w.finish()
@@ -274,6 +281,9 @@ func (t *Tracer) Close() error {
 func (t *Tracer) consume() {
 	defer close(t.consumerDone)
 	defer t.completeDrains(^uint64(0)) // release waiters on exit
+	if t.wait != nil {
+		defer t.wait.done()
+	}
 	var rec ringbuf.Record
 	// Watches with queued events not yet signalled: their pumps are woken
 	// once per pass over the ring (or every batchSize events), not per
@@ -288,7 +298,11 @@ func (t *Tracer) consume() {
 		clear(touched)
 		pending = 0
 	}
+	hasData := func() bool { return t.reader.AvailableBytes() > 0 }
 	for {
+		if t.wait != nil {
+			t.wait.reset() // before the drains are read: a later kick is not lost
+		}
 		t.drainMu.Lock()
 		upTo, waiting := t.drainReq, t.drainReq > t.drainDone
 		t.drainMu.Unlock()
@@ -305,6 +319,16 @@ func (t *Tracer) consume() {
 			// Nothing can arrive: wait for a drain, a new watch's
 			// flush or Close, not for the clock.
 			deadline = time.Time{}
+		}
+		if t.wait != nil {
+			// Wait in the netpoller, then read what the ring has without
+			// blocking: the reader returns os.ErrDeadlineExceeded only
+			// once it has read the ring empty, as with a deadline of its
+			// own.
+			if !waiting && !hasData() {
+				t.wait.wait(deadline, hasData)
+			}
+			deadline = time.Now()
 		}
 		t.reader.SetDeadline(deadline)
 		err := t.reader.ReadInto(&rec)
@@ -357,6 +381,15 @@ func (t *Tracer) completeDrains(upTo uint64) {
 // wait for BPF programs still running on other CPUs.
 func (t *Tracer) Drain() { t.drain() }
 
+// wake ends the consumer's wait for the ring.
+func (t *Tracer) wake() {
+	if t.wait != nil {
+		t.wait.kick()
+		return
+	}
+	_ = t.reader.Flush()
+}
+
 // drain returns once every record submitted to the ring before the call
 // has been dispatched to its watch (or the consumer has stopped).
 func (t *Tracer) drain() {
@@ -365,7 +398,7 @@ func (t *Tracer) drain() {
 	n := t.drainReq
 	t.drainMu.Unlock()
 	// Wake the consumer now rather than at its next deadline.
-	_ = t.reader.Flush()
+	t.wake()
 	t.drainMu.Lock()
 	for t.drainDone < n {
 		t.drainCond.Wait()

@@ -134,7 +134,7 @@ func (t *Tracer) Watch(cgroupID uint64, policy Policy) (*Watch, error) {
 	t.lastSlot = w.slot
 	go w.pump()
 	// A consumer with no watch waits without a deadline: wake it to poll.
-	_ = t.reader.Flush()
+	t.wake()
 	return w, nil
 }
 
