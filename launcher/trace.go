@@ -439,26 +439,21 @@ func ReadTrace(data []byte) ([]verify.Event, verify.Stats, error) {
 		// Most lines are events in the form the tracer writes, which
 		// Event reads without reflection; anything else is told apart
 		// by its kind.
+		b := []byte(line)
 		var ev ebpf.Event
-		err := ev.UnmarshalJSON([]byte(line))
-		if err != nil {
-			var head struct {
-				Kind string `json:"kind"`
+		err := ev.UnmarshalJSON(b)
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err != nil && json.Unmarshal(b, &head) == nil && head.Kind == traceStatsKind {
+			if final != nil {
+				inconsistent["after-stats"] = true
+				continue
 			}
-			err = json.Unmarshal([]byte(line), &head)
-			if err == nil && head.Kind == traceStatsKind {
-				if final != nil {
-					inconsistent["after-stats"] = true
-					continue
-				}
-				var s traceStatsLine
-				if err = json.Unmarshal([]byte(line), &s); err == nil {
-					final = &s
-					continue
-				}
-			}
-			if err == nil {
-				err = json.Unmarshal([]byte(line), &ev)
+			var s traceStatsLine
+			if err = json.Unmarshal(b, &s); err == nil {
+				final = &s
+				continue
 			}
 		}
 		switch {

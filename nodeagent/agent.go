@@ -361,8 +361,10 @@ func (a *Agent) readRender(ctx context.Context, j *job) bool {
 // consume writes every event to trace.jsonl as it comes.
 func (j *job) consume() {
 	defer j.consumed.Done()
+	var line []byte // reused: the writer copies it
 	for ev := range j.watch.Events() {
-		j.out.Write(ev.AppendJSON(nil))
+		line = ev.AppendJSON(line[:0])
+		j.out.Write(line)
 		j.out.WriteByte('\n')
 		j.written++
 	}
