@@ -77,4 +77,8 @@ func (w *ringWait) close() {
 	w.f.SetReadDeadline(time.Now())
 }
 
+// closed reports whether close was called: the consumer returns, and only
+// then is the ring's reader closed (its memory unmapped).
+func (w *ringWait) closed() bool { return w.closing.Load() }
+
 func (w *ringWait) done() { w.f.Close() }

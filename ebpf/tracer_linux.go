@@ -258,11 +258,19 @@ func (t *Tracer) Close() error {
 	// the ring before the reader goes.
 	t.detach()
 	t.drain()
-	err := t.reader.Close()
+	var err error
 	if t.wait != nil {
+		// The consumer looks at the ring's memory outside the reader's
+		// lock (AvailableBytes), so the reader, which unmaps it, is
+		// closed only once the consumer has returned.
 		t.wait.close()
+		<-t.consumerDone
+		err = t.reader.Close()
+	} else {
+		// Closing the reader is what ends its blocking wait.
+		err = t.reader.Close()
+		<-t.consumerDone
 	}
-	<-t.consumerDone
 	for _, w := range live {
 		w.finish()
 	}
@@ -271,7 +279,7 @@ func (t *Tracer) Close() error {
 	return err
 }
 
-// consume reads the ring buffer until the reader is closed. The BPF side
+// consume reads the ring buffer until Close. The BPF side
 // submits without wakeups until the ring is a quarter full, so while a
 // watch is armed each read waits at most PollInterval; with none, a read
 // waits for a flush (a drain, a new watch, Close). Each poll wakes the
@@ -301,6 +309,10 @@ func (t *Tracer) consume() {
 	hasData := func() bool { return t.reader.AvailableBytes() > 0 }
 	for {
 		if t.wait != nil {
+			if t.wait.closed() {
+				wake()
+				return
+			}
 			t.wait.reset() // before the drains are read: a later kick is not lost
 		}
 		t.drainMu.Lock()

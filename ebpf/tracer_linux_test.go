@@ -633,3 +633,22 @@ func TestIdleTracerPollsOnceWatched(t *testing.T) {
 		t.Fatal("no live event 10 s after the exec: the consumer did not poll once watched")
 	}
 }
+
+// TestCloseWhileTheConsumerPolls: Close while the consumer polls the ring
+// as fast as it can (a watch armed, a poll interval of 1 ns). The consumer
+// looks at the ring's memory outside the reader's lock; closing the reader
+// (which unmaps it) while the consumer could still look crashed the test
+// binary ("fatal error: fault" or a nil dereference), once in CI.
+func TestCloseWhileTheConsumerPolls(t *testing.T) {
+	for i := range 16 {
+		tr := requireTracer(t, Options{PollInterval: time.Nanosecond})
+		cg := newTestCgroup(t)
+		if _, err := tr.Watch(cg.ID, Policy{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%5) * time.Millisecond)
+		if err := tr.Close(); err != nil {
+			t.Fatalf("Close %d: %v", i, err)
+		}
+	}
+}
