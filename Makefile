@@ -12,13 +12,16 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 all: build
 
-## build: compile ./bin/hookbox, the container init (bin/hookbox-init) and the
+## build: compile ./bin/hookbox (the lite build: every command but the
+## Kubernetes and image-building ones, which it hands to bin/hookbox-kube, the
+## full build, beside it), the container init (bin/hookbox-init) and the
 ## seed program of Kubernetes Jobs (bin/hookbox-seed), which hookbox finds next
 ## to itself, the static scripted engine and the scripted model API the
 ## cluster tests run as a pod; all static, -trimpath, so the
 ## images built from them have the same digests on every machine
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hookbox ./cmd/hookbox
+	CGO_ENABLED=0 $(GO) build -trimpath -tags hookbox_lite -ldflags '$(LDFLAGS)' -o bin/hookbox ./cmd/hookbox
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hookbox-kube ./cmd/hookbox
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-init ./cmd/hookbox-init
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-seed ./cmd/hookbox-seed
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-scripted-engine ./cmd/hookbox-scripted-engine
@@ -81,6 +84,7 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags hookbox_lite ./cmd/hookbox
 	$(GO) run $(STATICCHECK) ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	@cd k8svalidate && $(GO) mod tidy -diff >/dev/null || { echo "k8svalidate/go.mod is not tidy: cd k8svalidate && go mod tidy"; exit 1; }

@@ -59,17 +59,30 @@ func buildTools(t *testing.T) {
 			"hookbox.dev/hookbox/cmd/hookbox-seed":            &seedBin,
 		} {
 			*out = filepath.Join(dir, filepath.Base(pkg))
-			cmd := exec.Command("go", "build", "-o", *out, pkg)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("build %s: %v\n%s", pkg, err, b)
+			if buildErr = goBuild(*out, pkg); buildErr != nil {
 				return
 			}
+		}
+		// bin/hookbox is the lite build, which hands the Kubernetes and
+		// image commands to the full one beside it: the tests run both as
+		// make build installs them.
+		if buildErr = goBuild(filepath.Join(dir, "hookbox-kube"), "hookbox.dev/hookbox/cmd/hookbox"); buildErr == nil {
+			buildErr = goBuild(hookboxBin, "hookbox.dev/hookbox/cmd/hookbox", "-tags", "hookbox_lite")
 		}
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
+}
+
+// goBuild builds pkg (static) into out.
+func goBuild(out, pkg string, flags ...string) error {
+	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", out, pkg)...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
 }
 
 // env is one test's hookbox world: a state dir and a spec dir.

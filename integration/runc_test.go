@@ -53,10 +53,8 @@ func programDir(t *testing.T) string {
 func buildStatic(t *testing.T, pkg, dir string) string {
 	t.Helper()
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", pkg, err, b)
+	if err := goBuild(out, pkg); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -39,7 +39,7 @@ func newRootCommand() *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{flagError{err}} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&h.stateDir, "state-dir", "", "run records and the managed containerd (default /var/lib/hookbox as root, else $XDG_STATE_HOME/hookbox); also the runfiles store unless --cache-dir is given")
 	pf.StringVar(&h.cacheDir, "cache-dir", "", "runfiles store (default --state-dir if given, else /var/cache/hookbox as root, else $XDG_CACHE_HOME/hookbox)")
@@ -78,50 +78,27 @@ objects to their digests, which it prints on stderr. --set NAME=VALUE fills
 the spec's template slots.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stateDir, cacheDir := h.stateDir, h.cacheDir
 			if !slices.Contains(renderFormats, format) {
 				return usageError{fmt.Errorf("--format %q: use %s", format, strings.Join(renderFormats, ", "))}
 			}
-			if format != "k8s" {
-				if err := refuseK8sFlags(cmd.Flags(), format); err != nil {
-					return err
-				}
-			} else if err := kube.checkBuild(cmd.Flags()); err != nil {
+			if format == "k8s" {
+				return kube.render(cmd, h, args[0], sets, spawn, withRunfiles)
+			}
+			if err := refuseK8sFlags(cmd.Flags(), format); err != nil {
 				return err
 			}
-			params, err := compiler.ParseSetFlags(sets)
-			if err != nil {
-				return usageError{err}
-			}
-			renders, err := compiler.CompileFileWithOptions(args[0], compiler.HostChecks(params))
+			renders, err := compileSelected(args[0], sets, spawn)
 			if err != nil {
 				return err
 			}
-			if spawn != "" {
-				renders = selectSpawn(renders, spawn)
-				if renders == nil {
-					return usageError{fmt.Errorf("--spawn %q: no such spawn in %s", spawn, args[0])}
-				}
-			}
-			dirs := dirsFrom(stateDir, cacheDir, nil)
-			building := format == "k8s" && kube.build
-			// --build assembles the runfiles it builds into images.
-			if withRunfiles && !(building && kube.wants(renders).runfiles) {
+			dirs := dirsFrom(h.stateDir, h.cacheDir, nil)
+			if withRunfiles {
 				if err := addRunfiles(cmd.Context(), renders, dirs.cache); err != nil {
 					return err
 				}
 			}
-			if building {
-				if err := kube.buildImages(cmd.Context(), h, renders, dirs.cache, cmd.ErrOrStderr()); err != nil {
-					return err
-				}
-			}
 			var out bytes.Buffer
-			if format == "k8s" {
-				if err := writeK8s(&out, renders, &kube); err != nil {
-					return err
-				}
-			} else if err := writeRenders(&out, renders, format, dirs.state); err != nil {
+			if err := writeRenders(&out, renders, format, dirs.state); err != nil {
 				return err
 			}
 			_, err = cmd.OutOrStdout().Write(out.Bytes())
@@ -263,4 +240,23 @@ func exactArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// compileSelected compiles file with the --set values and keeps the spawn
+// named by --spawn, if given.
+func compileSelected(file string, sets []string, spawn string) ([]*render.Render, error) {
+	params, err := compiler.ParseSetFlags(sets)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	renders, err := compiler.CompileFileWithOptions(file, compiler.HostChecks(params))
+	if err != nil {
+		return nil, err
+	}
+	if spawn != "" {
+		if renders = selectSpawn(renders, spawn); renders == nil {
+			return nil, usageError{fmt.Errorf("--spawn %q: no such spawn in %s", spawn, file)}
+		}
+	}
+	return renders, nil
 }

@@ -1,3 +1,5 @@
+//go:build !hookbox_lite
+
 package main
 
 import (

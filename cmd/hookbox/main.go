@@ -35,6 +35,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	if code, handed := handOver(err, args); handed {
+		return code
+	}
 	fmt.Fprintln(stderr, "hookbox:", errorText(err))
 	var usage usageError
 	var exit exitError
@@ -63,6 +66,12 @@ func errorText(err error) string {
 }
 
 // usageError marks command-line mistakes (exit 2, like spec errors).
+// flagError is a command line's flag that does not parse: nothing has run.
+type flagError struct{ err error }
+
+func (f flagError) Error() string { return f.err.Error() }
+func (f flagError) Unwrap() error { return f.err }
+
 type usageError struct{ err error }
 
 func (u usageError) Error() string { return u.err.Error() }

@@ -1,6 +1,9 @@
+//go:build !hookbox_lite
+
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +11,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"hookbox.dev/hookbox/images"
@@ -44,6 +48,35 @@ func (f *k8sFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.build, "build", false, "k8s: build the images the Jobs use and no flag gives (base, a runfiles image per spawn, seed, proxy), as hookbox image build does, and fill the flags with their digests")
 	fs.StringVar(&f.push, "push", "", "k8s with --build: push the images to REGISTRY/PATH/<kind> and reference them there (default: import them into containerd)")
 	fs.StringVar(&f.buildNamespace, "build-namespace", criNamespace, "k8s with --build: containerd namespace to import the images into (the kubelet's)")
+}
+
+// render is hookbox render --format k8s SPEC.
+func (f *k8sFlags) render(cmd *cobra.Command, h *hostFlags, file string, sets []string, spawn string, withRunfiles bool) error {
+	if err := f.checkBuild(cmd.Flags()); err != nil {
+		return err
+	}
+	renders, err := compileSelected(file, sets, spawn)
+	if err != nil {
+		return err
+	}
+	dirs := dirsFrom(h.stateDir, h.cacheDir, nil)
+	// --build assembles the runfiles it builds into images.
+	if withRunfiles && !(f.build && f.wants(renders).runfiles) {
+		if err := addRunfiles(cmd.Context(), renders, dirs.cache); err != nil {
+			return err
+		}
+	}
+	if f.build {
+		if err := f.buildImages(cmd.Context(), h, renders, dirs.cache, cmd.ErrOrStderr()); err != nil {
+			return err
+		}
+	}
+	var out bytes.Buffer
+	if err := writeK8s(&out, renders, f); err != nil {
+		return err
+	}
+	_, err = cmd.OutOrStdout().Write(out.Bytes())
+	return err
 }
 
 // k8sOnlyFlags are the flags register adds; they mean nothing to other

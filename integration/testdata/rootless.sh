@@ -36,7 +36,8 @@ cleanup() {
 trap cleanup EXIT
 
 export CGO_ENABLED=0
-go build -o "$work/hookbox" ./cmd/hookbox
+go build -tags hookbox_lite -o "$work/hookbox" ./cmd/hookbox
+go build -o "$work/hookbox-kube" ./cmd/hookbox
 go build -o "$work/hookbox-init" ./cmd/hookbox-init
 go build -o "$work/hookbox-seed" ./cmd/hookbox-seed
 go build -o "$work/hookbox-scripted-engine" ./cmd/hookbox-scripted-engine
