@@ -76,7 +76,8 @@ func serveNode(context.Context, *hostFlags, nodeFlags, io.Writer) error {
 func handOver(err error, args []string) (int, bool) {
 	var full fullBuildNeeded
 	var flag flagError
-	if !errors.As(err, &full) && !errors.As(err, &flag) {
+	isFull := errors.As(err, &full)
+	if !isFull && !errors.As(err, &flag) {
 		return 0, false
 	}
 	exe, xerr := os.Executable()
@@ -85,7 +86,7 @@ func handOver(err error, args []string) (int, bool) {
 		xerr = syscall.Exec(kube, append([]string{kube}, args...), os.Environ())
 		xerr = fmt.Errorf("%s: %w", kube, xerr)
 	}
-	if !errors.As(err, &full) {
+	if !isFull {
 		// Perhaps only a mistyped flag: said as one.
 		fmt.Fprintf(os.Stderr, "hookbox: %v (the full build, which has more flags, cannot be run: %v)\n", err, xerr)
 		return exitSpec, true

@@ -20,7 +20,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"hookbox.dev/hookbox/compiler"
 	"hookbox.dev/hookbox/images"
 	"hookbox.dev/hookbox/images/buildkit"
 	"hookbox.dev/hookbox/launcher/daemon"
@@ -415,7 +414,7 @@ buildkitd instead, which exports it straight into containerd's image store
 			var renders []*render.Render
 			if len(args) == 1 {
 				var err error
-				if renders, err = compileForImages(args[0], spawn, sets); err != nil {
+				if renders, err = compileSelected(args[0], sets, spawn); err != nil {
 					return err
 				}
 				want.runfiles, want.seed, want.proxy = true, true, anyAllowlist(renders)
@@ -468,24 +467,6 @@ func imagesCount(n int) string {
 		return "1 image"
 	}
 	return fmt.Sprintf("%d images", n)
-}
-
-// compileForImages compiles SPEC with --set values and keeps --spawn's.
-func compileForImages(spec, spawn string, sets []string) ([]*render.Render, error) {
-	params, err := compiler.ParseSetFlags(sets)
-	if err != nil {
-		return nil, usageError{err}
-	}
-	renders, err := compiler.CompileFileWithOptions(spec, compiler.HostChecks(params))
-	if err != nil {
-		return nil, err
-	}
-	if spawn != "" {
-		if renders = selectSpawn(renders, spawn); renders == nil {
-			return nil, usageError{fmt.Errorf("--spawn %q: no such spawn in %s", spawn, spec)}
-		}
-	}
-	return renders, nil
 }
 
 func anyAllowlist(renders []*render.Render) bool {
