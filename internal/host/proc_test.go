@@ -148,7 +148,15 @@ func TestProcessFacts(t *testing.T) {
 	if err != nil || !slices.Contains(pids, pid) || !slices.Contains(pids, os.Getpid()) {
 		t.Fatalf("Pids() = %d pids, %v; want the child %d and this process", len(pids), err, pid)
 	}
-	if args, err := Cmdline(pid); err != nil || !slices.Equal(args, []string{"sh", "-c", script, "arg with space"}) {
+	// Start returns when the child's close-on-exec pipe closes, inside
+	// execve and before the kernel sets the new argument area: until
+	// then /proc/PID/cmdline reads empty.
+	args, err := Cmdline(pid)
+	for deadline := time.Now().Add(5 * time.Second); err == nil && len(args) == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		args, err = Cmdline(pid)
+	}
+	if err != nil || !slices.Equal(args, []string{"sh", "-c", script, "arg with space"}) {
 		t.Errorf("Cmdline = %q, %v", args, err)
 	}
 	if cwd, err := Cwd(pid); err != nil || cwd != dir {
