@@ -111,9 +111,10 @@ func TestRootlessSecretReachesTheEngine(t *testing.T) {
 	e := newRootlessEnv(t)
 	sentinel := "hbx-sentinel-" + hex.EncodeToString(randomBytes(t, 12))
 	e.extraEnv = append(e.extraEnv, "HBX_TOKEN="+sentinel, "HOOKBOX_CONFIG=/nonexistent/config.yaml")
-	// The scripted engine cannot wait for the test: 5 s is ample to read
-	// a few MiB, and the test checks that the run is still going after.
-	spec := e.spec("rootless-secret", "- envHash: HBX_TOKEN\n- print: ready\n- sleep: 5s\n- exit: 0", "  secrets: [HBX_TOKEN]", "  limits: {timeout: 1m}")
+	// The scripted engine cannot wait for the test: it sleeps long enough
+	// for the file walk (5 s was not, once, on a loaded CI host: 10 s),
+	// and the test checks that the run is still going after.
+	spec := e.spec("rootless-secret", "- envHash: HBX_TOKEN\n- print: ready\n- sleep: 20s\n- exit: 0", "  secrets: [HBX_TOKEN]", "  limits: {timeout: 1m}")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd, runID, events := e.startUntil(ctx, spec, "ready")
