@@ -274,3 +274,44 @@ func BenchmarkAssembleEngine(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClosureHostPrograms measures the closure of every ELF program
+// in /usr/bin (as a spec declaring them all as tools): one ELF read per
+// program and a library search per DT_NEEDED, most of them for the same
+// few libraries.
+//
+//	go test ./runfiles/ -run '^$' -bench ClosureHostPrograms
+func BenchmarkClosureHostPrograms(b *testing.B) {
+	entries, err := os.ReadDir("/usr/bin")
+	if err != nil {
+		b.Skip(err)
+	}
+	var programs []string
+	for _, e := range entries {
+		p := filepath.Join("/usr/bin", e.Name())
+		fi, err := os.Stat(p)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || fi.Mode().Perm()&0o004 == 0 {
+			continue
+		}
+		if f, err := os.Open(p); err == nil {
+			head := make([]byte, 4)
+			if n, _ := f.Read(head); isELF(head[:n]) {
+				programs = append(programs, p)
+			}
+			f.Close()
+		}
+	}
+	if len(programs) < 100 {
+		b.Skipf("only %d ELF programs in /usr/bin", len(programs))
+	}
+	var entriesFound int
+	for b.Loop() {
+		p, err := closure(context.Background(), programs, Options{}, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		entriesFound = len(p.entries)
+	}
+	b.ReportMetric(float64(len(programs)), "programs")
+	b.ReportMetric(float64(entriesFound), "entries")
+}

@@ -184,11 +184,16 @@ type closer struct {
 	opts     Options
 	plan     *plan
 	elfInfos map[string]*elfInfo // by physical path: ELF objects read
-	programs map[string]bool     // physical paths whose content was analysed
-	packages map[string]bool     // physical paths of package trees taken
-	active   map[string]bool     // scripts whose interpreter chain is being followed
-	cache    *ldCache
-	cacheRd  bool
+	// headers and libraries keep what one closure has looked up: a
+	// library search opens every candidate, and hundreds of programs
+	// search for the same few libraries (600 host tools: 2,400 searches).
+	headers   map[string]elfHeader // candidate paths, as the loader's check read them
+	libraries map[string]libraryAt // addLibrary's answers, by the path asked for
+	programs  map[string]bool      // physical paths whose content was analysed
+	packages  map[string]bool      // physical paths of package trees taken
+	active    map[string]bool      // scripts whose interpreter chain is being followed
+	cache     *ldCache
+	cacheRd   bool
 	// cacheFile replaces ldCachePath (tests).
 	cacheFile string
 	// needCache: some library is found only through ld.so.cache.
@@ -209,13 +214,15 @@ func closure(ctx context.Context, programs []string, opts Options, sizeHint int)
 
 func newCloser(opts Options) *closer {
 	return &closer{
-		ctx:      context.Background(),
-		opts:     opts,
-		plan:     &plan{entries: make(map[string]planEntry), sources: make(map[string]string)},
-		elfInfos: make(map[string]*elfInfo),
-		programs: make(map[string]bool),
-		packages: make(map[string]bool),
-		active:   make(map[string]bool),
+		ctx:       context.Background(),
+		opts:      opts,
+		plan:      &plan{entries: make(map[string]planEntry), sources: make(map[string]string)},
+		elfInfos:  make(map[string]*elfInfo),
+		headers:   make(map[string]elfHeader),
+		libraries: make(map[string]libraryAt),
+		programs:  make(map[string]bool),
+		packages:  make(map[string]bool),
+		active:    make(map[string]bool),
 	}
 }
 
@@ -643,8 +650,13 @@ func (c *closer) elfClosure(p, real string, info *elfInfo) error {
 }
 
 // addLibrary adds the ELF object at path (symlink hops included) and
-// returns its physical path and what it needs.
+// returns its physical path and what it needs. A path already added
+// answers from the closure's record: its hops and file are recorded, and
+// a file that changed since is found by the stat keys the assembly checks.
 func (c *closer) addLibrary(path string) (string, *elfInfo, error) {
+	if lib, ok := c.libraries[path]; ok {
+		return lib.real, lib.info, nil
+	}
 	real, fi, err := walkPath(path, c.visit)
 	if err != nil {
 		return "", nil, err
@@ -652,19 +664,25 @@ func (c *closer) addLibrary(path string) (string, *elfInfo, error) {
 	if !fi.Mode().IsRegular() {
 		return "", nil, fmt.Errorf("%w: %s is a %s", ErrUnsupported, path, fi.Mode().Type())
 	}
-	if info, ok := c.elfInfos[real]; ok {
-		return real, info, nil
+	info, ok := c.elfInfos[real]
+	if !ok {
+		f, _, err := c.openRecorded(real)
+		if err != nil {
+			return "", nil, err
+		}
+		defer f.Close()
+		if info, err = c.readELFCached(real, f); err != nil {
+			return "", nil, fmt.Errorf("%w: %s: ELF: %w", ErrUnsupported, path, err)
+		}
 	}
-	f, _, err := c.openRecorded(real)
-	if err != nil {
-		return "", nil, err
-	}
-	defer f.Close()
-	info, err := c.readELFCached(real, f)
-	if err != nil {
-		return "", nil, fmt.Errorf("%w: %s: ELF: %w", ErrUnsupported, path, err)
-	}
+	c.libraries[path] = libraryAt{real: real, info: info}
 	return real, info, nil
+}
+
+// libraryAt is a library added: its physical path and what it needs.
+type libraryAt struct {
+	real string
+	info *elfInfo
 }
 
 // searchLibrary finds DT_NEEDED name of obj the way glibc's loader does
@@ -726,13 +744,17 @@ func (c *closer) searchLibrary(name string, obj *object) (string, error) {
 
 // candidate reports whether path is an ELF object the loader would accept
 // for an object of this class and machine.
+// Each path is read once per closure.
 func (c *closer) candidate(path string, class elf.Class, machine elf.Machine) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
+	h, ok := c.headers[path]
+	if !ok {
+		if f, err := os.Open(path); err == nil {
+			h = elfHeaderOf(f)
+			f.Close()
+		}
+		c.headers[path] = h
 	}
-	defer f.Close()
-	return elfHeaderMatches(f, class, machine)
+	return h.matches(class, machine)
 }
 
 // ldCache reads /etc/ld.so.cache once. A missing or unreadable cache is an

@@ -194,12 +194,25 @@ func segmentAt(f *elf.File, addr, size uint64) (*elf.Prog, uint64, error) {
 // given class and machine: the check the loader makes on every candidate
 // before accepting it (open_verify).
 func elfHeaderMatches(r io.ReaderAt, class elf.Class, machine elf.Machine) bool {
+	return elfHeaderOf(r).matches(class, machine)
+}
+
+// elfHeader is what the loader's check of a candidate reads of it: ok is
+// false when r is not an ELF object it can read the machine of.
+type elfHeader struct {
+	ok      bool
+	class   elf.Class
+	machine elf.Machine
+}
+
+func (h elfHeader) matches(class elf.Class, machine elf.Machine) bool {
+	return h.ok && h.class == class && h.machine == machine
+}
+
+func elfHeaderOf(r io.ReaderAt) elfHeader {
 	var h [20]byte
-	if _, err := r.ReadAt(h[:], 0); err != nil {
-		return false
-	}
-	if !isELF(h[:]) || elf.Class(h[elf.EI_CLASS]) != class {
-		return false
+	if _, err := r.ReadAt(h[:], 0); err != nil || !isELF(h[:]) {
+		return elfHeader{}
 	}
 	var order binary.ByteOrder
 	switch elf.Data(h[elf.EI_DATA]) {
@@ -208,9 +221,9 @@ func elfHeaderMatches(r io.ReaderAt, class elf.Class, machine elf.Machine) bool 
 	case elf.ELFDATA2MSB:
 		order = binary.BigEndian
 	default:
-		return false
+		return elfHeader{}
 	}
-	return elf.Machine(order.Uint16(h[18:])) == machine
+	return elfHeader{ok: true, class: elf.Class(h[elf.EI_CLASS]), machine: elf.Machine(order.Uint16(h[18:]))}
 }
 
 // expandSearchPath splits a DT_RPATH or DT_RUNPATH value into directories,
