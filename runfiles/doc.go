@@ -25,6 +25,10 @@
 //     container loader falls back to the plain directory, which is what is
 //     included), $LIB and $PLATFORM path elements (skipped), and anything
 //     loaded with dlopen (NSS modules, gconv, plugins): declare those.
+//     One closure reads each candidate's ELF header once and walks each
+//     library path once, whatever number of programs need it: hundreds of
+//     declared tools search for the same few libraries (the 808 programs of
+//     a Debian /usr/bin: 166-183 ms with a read per search, 38-50 ms so).
 //   - /etc/ld.so.cache itself, only when some library was found through the
 //     cache where a search without the cache would not find the same path:
 //     then the container's loader needs the cache to find it too.
