@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/internal/testenv"
@@ -47,7 +48,13 @@ func Helpers(t testing.TB) cgroup.Helpers {
 					t.Errorf("helper cgroup %s was left behind", filepath.Join(dir, e.Name()))
 				}
 			}
-			if err := syscall.Rmdir(dir); err != nil && err != syscall.ENOENT {
+			// The kernel may still be freeing a helper cgroup removed just
+			// before (its last processes exiting): EBUSY for a moment.
+			err := syscall.Rmdir(dir)
+			for deadline := time.Now().Add(5 * time.Second); err == syscall.EBUSY && time.Now().Before(deadline); err = syscall.Rmdir(dir) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err != nil && err != syscall.ENOENT {
 				t.Errorf("removing test parent %s: %v", dir, err)
 			}
 		}
