@@ -743,8 +743,8 @@ func (c *closer) searchLibrary(name string, obj *object) (string, error) {
 }
 
 // candidate reports whether path is an ELF object the loader would accept
-// for an object of this class and machine.
-// Each path is read once per closure.
+// for an object of this class and machine. Each path is read once per
+// closure.
 func (c *closer) candidate(path string, class elf.Class, machine elf.Machine) bool {
 	h, ok := c.headers[path]
 	if !ok {
