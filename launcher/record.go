@@ -78,11 +78,20 @@ type Spawned struct {
 
 // writeJSON writes v atomically (temp file + rename) with mode perm.
 func writeJSON(path string, v any, perm os.FileMode) error {
-	data, err := json.MarshalIndent(v, "", "  ")
+	data, err := recordJSON(v)
 	if err != nil {
 		return err
 	}
-	return host.WriteFileAtomic(path, append(data, '\n'), perm)
+	return host.WriteFileAtomic(path, data, perm)
+}
+
+// recordJSON is v as a record file holds it: indented, newline-terminated.
+func recordJSON(v any) ([]byte, error) {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
 }
 
 // ReadIntent reads a run record's intent.

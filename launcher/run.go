@@ -35,6 +35,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sync/errgroup"
 
 	"hookbox.dev/hookbox/attest"
 	"hookbox.dev/hookbox/images"
@@ -190,6 +191,9 @@ type execution struct {
 	ctx         context.Context
 	started     time.Time
 	result      *Result
+	// records are the record files being written beside the run
+	// (writeRecord).
+	records errgroup.Group
 
 	treeDir   string
 	rootfs    []mount.Mount
@@ -283,6 +287,11 @@ func (x *execution) run() {
 		res.Status, res.Error = StatusInfraError, err.Error()
 	}
 	x.teardown()
+	// Before the seal digests the record: a record file still being
+	// written when prepare failed is on disk, or its failure is the run's.
+	if werr := x.recordsWritten(); werr != nil && res.Error == "" {
+		res.Status, res.Error = StatusInfraError, werr.Error()
+	}
 	tornDown := time.Now()
 	res.Timings.Teardown = tornDown.Sub(ran).Milliseconds()
 	// Judged once every resource is gone: however long a big trace takes,
@@ -367,6 +376,11 @@ func notifyDegraded(plan notify.Plan, helpers cgroup.Helpers, res *Result) strin
 }
 
 // prepare writes the intent, then assembles everything the container needs.
+// What does not depend on one another runs side by side: the base image is
+// built while the intent is synced, the run dir's tmpfs is mounted and
+// seeded while the runfiles are checked, and the render and OCI spec
+// records are synced while containerd creates the container (create joins
+// them before the spawn record).
 func (x *execution) prepare() (err error) {
 	self, err := host.StartTime(os.Getpid())
 	if err != nil {
@@ -379,6 +393,7 @@ func (x *execution) prepare() (err error) {
 		Address: x.opts.Backend.Address, CreatedAt: x.started.UTC(),
 	}
 	x.ownerStart = strconv.FormatUint(self, 10)
+	built := start(baseImage)
 	if err := writeJSON(filepath.Join(x.dir, IntentFile), intent, 0o644); err != nil {
 		return fmt.Errorf("write intent: %w", err)
 	}
@@ -387,16 +402,22 @@ func (x *execution) prepare() (err error) {
 	}
 	x.startTracer()
 	x.progress("image", "base image")
-	base, err := baseImage()
+	base, err := built.wait()
 	if err != nil {
 		return err
 	}
 	x.ctx = leases.WithLease(x.ctx, BaseViewKey(base))
 	// containerd answers for the view while the runfiles, the tmpfs and
 	// the spec are prepared; prepare waits for it on every return, so
-	// nothing it creates outlives a failed prepare unseen.
+	// nothing it creates outlives a failed prepare unseen. The same holds
+	// for the run dir's tmpfs (teardown unmounts what it mounted).
 	view := x.viewBase(base)
 	defer func() { err = view.failure(err) }()
+	host := mounts.RunHostPaths(x.dir)
+	x.runDir = host.RunDir
+	slots := render.LaunchValues(x.id)
+	runDir := x.prepareRunDir(host, slots)
+	defer func() { err = runDir.failure(err) }()
 
 	check := RunfilesVerifyQuick
 	if x.opts.VerifyRunfiles {
@@ -420,31 +441,10 @@ func (x *execution) prepare() (err error) {
 		return err
 	}
 	x.result.RenderDigest, x.result.ContentDigest = digest, digest
-	if err := host.WriteFileAtomic(filepath.Join(x.dir, RenderFile), append(canonical, '\n'), 0o644); err != nil {
-		return err
-	}
+	x.writeRecord(RenderFile, append(canonical, '\n'))
 
 	x.progress("tmpfs", "run dir %s", humanBytes(x.r.Limits.TmpfsBytes))
-	host := mounts.RunHostPaths(x.dir)
-	x.runDir = host.RunDir
-	if err := mounts.Create(host.RunDir, mounts.RunDirSize(x.r), x.r.Process.UID, x.r.Process.GID); err != nil {
-		return err
-	}
-	// The engine reads its hooks from these files: they get the run's
-	// launch slot values, which the record keeps for the verdict. The
-	// render (and its digest) keeps the placeholders.
-	slots := render.LaunchValues(x.id)
-	files, err := render.FillFiles(x.r.Files, slots)
-	if err != nil {
-		return err
-	}
-	if err := mounts.Seed(host.RunDir, files, x.r.Process.UID, x.r.Process.GID); err != nil {
-		return err
-	}
-	if err := x.prepareWorkspaceStore(host.WorkspaceStore); err != nil {
-		return err
-	}
-	if err := writeConfigFiles(host.ConfigDir, files, x.r.Process.UID, x.r.Process.GID); err != nil {
+	if _, err := runDir.wait(); err != nil {
 		return err
 	}
 	x.result.Slots = slots
@@ -455,15 +455,66 @@ func (x *execution) prepare() (err error) {
 		return err
 	}
 	spec := planned.Spec
-	if err := writeJSON(filepath.Join(x.dir, OCIFile), oci.Redact(spec, x.r), 0o644); err != nil {
+	redacted, err := recordJSON(oci.Redact(spec, x.r))
+	if err != nil {
 		return err
 	}
+	x.writeRecord(OCIFile, redacted)
 	return x.createContainer(view, base, spec, digest)
+}
+
+// prepareRunDir mounts the run dir's tmpfs (and an overlay workspace's
+// store) and seeds it, in the background. It emits nothing, so the run's
+// events stay in order.
+func (x *execution) prepareRunDir(paths mounts.HostPaths, slots render.SlotValues) *pending[struct{}] {
+	return start(func() (struct{}, error) {
+		return struct{}{}, x.seedRunDir(paths, slots)
+	})
+}
+
+// seedRunDir mounts and fills the run dir. The engine reads its hooks from
+// its files, which get the run's launch slot values (the record keeps them
+// for the verdict; the render and its digest keep the placeholders).
+func (x *execution) seedRunDir(paths mounts.HostPaths, slots render.SlotValues) error {
+	uid, gid := x.r.Process.UID, x.r.Process.GID
+	if err := mounts.Create(paths.RunDir, mounts.RunDirSize(x.r), uid, gid); err != nil {
+		return err
+	}
+	files, err := render.FillFiles(x.r.Files, slots)
+	if err != nil {
+		return err
+	}
+	if err := mounts.Seed(paths.RunDir, files, uid, gid); err != nil {
+		return err
+	}
+	if err := x.prepareWorkspaceStore(paths.WorkspaceStore); err != nil {
+		return err
+	}
+	return writeConfigFiles(paths.ConfigDir, files, uid, gid)
+}
+
+// writeRecord writes and syncs one file of the run record in the
+// background; recordsWritten waits for every such write.
+func (x *execution) writeRecord(name string, data []byte) {
+	x.records.Go(func() error {
+		return host.WriteFileAtomic(filepath.Join(x.dir, name), data, 0o644)
+	})
+}
+
+// recordsWritten waits until every record file writeRecord was given is
+// synced, and returns the first failure. It is called before the spawn
+// record (nothing may run with its record incomplete) and before the
+// result.
+func (x *execution) recordsWritten() error {
+	if err := x.records.Wait(); err != nil {
+		return fmt.Errorf("write run record: %w", err)
+	}
+	return nil
 }
 
 // createContainer waits for the base image view and makes the run's
 // container.
-func (x *execution) createContainer(view *baseView, base *images.Image, spec *specs.Spec, digest string) error {
+func (x *execution) createContainer(view *pending[[]mount.Mount], base *images.Image, spec *specs.Spec, digest string) error {
 	rootfs, err := x.rootfsMounts(view, base)
 	if err != nil {
 		return err
@@ -587,28 +638,39 @@ func (x *execution) ensureImage(ctx context.Context, built *images.Image) error 
 	return err
 }
 
-// baseView is the base image view containerd is making.
-type baseView struct {
-	done   chan struct{}
-	mounts []mount.Mount
-	err    error
+// pending is work running beside the run's main line: wait returns its
+// answer once it ended.
+type pending[T any] struct {
+	done chan struct{}
+	val  T
+	err  error
 }
 
-// failure waits for the view, and adds its error to prepare's err when
-// err does not hold it already: a containerd that stopped answering is
-// named even when the other half of prepare failed first.
-func (v *baseView) failure(err error) error {
-	<-v.done
-	if err != nil && v.err != nil && !errors.Is(err, v.err) {
-		err = fmt.Errorf("%w; %w", err, v.err)
+// start runs f in the background.
+func start[T any](f func() (T, error)) *pending[T] {
+	p := &pending[T]{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.val, p.err = f()
+	}()
+	return p
+}
+
+// wait returns f's answer once it returned.
+func (p *pending[T]) wait() (T, error) {
+	<-p.done
+	return p.val, p.err
+}
+
+// failure waits for the work, and adds its error to err when err does not
+// hold it already: a containerd that stopped answering is named even when
+// the other half of prepare failed first.
+func (p *pending[T]) failure(err error) error {
+	<-p.done
+	if err != nil && p.err != nil && !errors.Is(err, p.err) {
+		err = fmt.Errorf("%w; %w", err, p.err)
 	}
 	return err
-}
-
-// wait returns the view's mounts once containerd answered.
-func (v *baseView) wait() ([]mount.Mount, error) {
-	<-v.done
-	return v.mounts, v.err
 }
 
 // viewBase starts asking for the mounts of the base image's read-only
@@ -618,16 +680,14 @@ func (v *baseView) wait() ([]mount.Mount, error) {
 // directly, and only a missing snapshot costs the image lookups and the
 // import (rootfsMounts). It emits nothing: the run's events stay in
 // order.
-func (x *execution) viewBase(base *images.Image) *baseView {
-	v := &baseView{done: make(chan struct{})}
-	go func() {
-		defer close(v.done)
-		v.err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
-			v.mounts, err = x.makeView(ctx, base)
+func (x *execution) viewBase(base *images.Image) *pending[[]mount.Mount] {
+	return start(func() (m []mount.Mount, err error) {
+		err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
+			m, err = x.makeView(ctx, base)
 			return err
 		})
-	}()
-	return v
+		return m, err
+	})
 }
 
 // makeView returns the mounts of the base image's view, making its lease
@@ -657,7 +717,7 @@ func (x *execution) makeView(ctx context.Context, base *images.Image) ([]mount.M
 // rootfsMounts returns the rootfs: an overlay with the runfiles tree above
 // the layers of the base image view, importing the image first when
 // containerd lacks its snapshot.
-func (x *execution) rootfsMounts(v *baseView, base *images.Image) ([]mount.Mount, error) {
+func (x *execution) rootfsMounts(v *pending[[]mount.Mount], base *images.Image) ([]mount.Mount, error) {
 	view, err := v.wait()
 	if errdefs.IsNotFound(err) {
 		err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) error {
@@ -741,10 +801,16 @@ func (x *execution) create() error {
 	if err := x.startEgress(pid); err != nil {
 		return err
 	}
-	// Recorded before anything reads output; failing to record is fatal
+	// Recorded before anything reads output, with every record file
+	// written beside the run so far; failing to record is fatal
 	// (docs/contracts.md §1): nothing may run unrecorded.
-	if err := writeJSON(filepath.Join(x.dir, SpawnedFile), spawned, 0o644); err != nil {
-		return fmt.Errorf("write spawn record: %w", err)
+	data, err := recordJSON(spawned)
+	if err != nil {
+		return err
+	}
+	x.writeRecord(SpawnedFile, data)
+	if err := x.recordsWritten(); err != nil {
+		return err
 	}
 	x.emit(Event{Type: EventSpawned, Spawned: spawned})
 

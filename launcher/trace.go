@@ -151,9 +151,11 @@ func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) er
 		return err
 	}
 	t.ids = ids
-	if err := writeJSON(filepath.Join(x.dir, IdentitiesFile), t.ids, 0o644); err != nil {
+	data, err := recordJSON(t.ids)
+	if err != nil {
 		return err
 	}
+	x.writeRecord(IdentitiesFile, data)
 	f, err := os.OpenFile(filepath.Join(x.dir, TraceFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
