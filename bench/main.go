@@ -251,10 +251,11 @@ spec:
 			return err
 		}
 		// The same hardening through ctr: the OCI spec hookbox gave
-		// containerd for an untraced run (seccomp, masked paths, mounts,
-		// limits, namespaces), running /usr/bin/true directly. What
-		// separates it from hookbox run is hookbox's own work; what
-		// separates it from ctr run --rm is the spec's.
+		// containerd for an untraced run (masked paths, mounts, limits,
+		// namespaces, hookbox-init installing the seccomp program),
+		// running /usr/bin/true under the init. What separates it from
+		// hookbox run is hookbox's own work; what separates it from ctr
+		// run --rm is the spec's.
 		specPeer, err := hookboxSpecPeer(state, work, rootfs)
 		if err != nil {
 			return err
@@ -380,7 +381,9 @@ func hookboxSpecPeer(state, work, rootfs string) (string, error) {
 		if process == nil || linux == nil {
 			return "", fmt.Errorf("%s: no process or linux section", records[i])
 		}
-		process["args"] = []string{"/usr/bin/true"}
+		// The recorded argv: hookbox-init (in the tree copied into the
+		// rootfs), which installs the run's seccomp program from the
+		// record's config dir, then /usr/bin/true.
 		linux["cgroupsPath"] = "/hookbox-bench/spec-peer"
 		for k, m := range mounts {
 			mount, _ := m.(map[string]any)

@@ -18,6 +18,7 @@ import (
 
 	"hookbox.dev/hookbox/compiler"
 	"hookbox.dev/hookbox/images"
+	"hookbox.dev/hookbox/internal/initseccomp"
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/oci"
@@ -66,6 +67,8 @@ type bundle struct {
 	dir, runDir string
 	render      *render.Render
 	id          string
+	// filter is the seccomp program the bundle's init installs.
+	filter []byte
 }
 
 func assembleBundle(t *testing.T, spec string, specDir string) *bundle {
@@ -129,6 +132,15 @@ func assembleBundle(t *testing.T, spec string, specDir string) *bundle {
 	}
 	s, err := oci.Generate(ctx, r, oci.Launch{RunID: b.id, RenderDigest: digest, Rootfs: "rootfs", Mounts: oci.MountsFromPlan(plan)})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// As plan.NewContainer does: the init installs the profile's program.
+	filter, err := oci.SeccompInInit(s)
+	if err != nil || filter == nil {
+		t.Fatalf("the seccomp program for the init: %d bytes, %v", len(filter), err)
+	}
+	b.filter = filter
+	if err := os.WriteFile(filepath.Join(configDir, initseccomp.FileName), filter, 0o444); err != nil {
 		t.Fatal(err)
 	}
 	data, err := json.MarshalIndent(s, "", "  ")

@@ -42,6 +42,7 @@ import (
 	"hookbox.dev/hookbox/internal/config/secretsconf"
 	"hookbox.dev/hookbox/internal/faultpoint"
 	"hookbox.dev/hookbox/internal/host"
+	"hookbox.dev/hookbox/internal/initseccomp"
 	"hookbox.dev/hookbox/launcher/cgroup"
 	"hookbox.dev/hookbox/mounts"
 	"hookbox.dev/hookbox/notify"
@@ -455,6 +456,12 @@ func (x *execution) prepare() (err error) {
 		return err
 	}
 	spec := planned.Spec
+	if planned.SeccompFilter != nil {
+		// Read-only in the container, like the rest of the config dir.
+		if err := os.WriteFile(filepath.Join(host.ConfigDir, initseccomp.FileName), planned.SeccompFilter, 0o444); err != nil {
+			return fmt.Errorf("write the seccomp filter: %w", err)
+		}
+	}
 	redacted, err := recordJSON(oci.Redact(spec, x.r))
 	if err != nil {
 		return err

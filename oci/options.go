@@ -293,9 +293,9 @@ var nativeArch = map[string]specs.Arch{
 // arm on arm64), whose syscall entry points are a separate kernel attack
 // surface no engine needs. A syscall through another ABI meets the filter's
 // bad-architecture action and the calling thread is killed
-// (docs/threat-model.md). One ABI is also one section of filter for runc to
-// build and load at every start instead of three, and the profile drops
-// the names only other architectures have (nativeNames).
+// (docs/threat-model.md). One ABI is also one section of program instead
+// of three (SeccompFilter compiles it), and the profile drops the names
+// only other architectures have (nativeNames).
 func WithNativeArchOnly() specOpt {
 	return func(_ context.Context, _ ctroci.Client, _ *containers.Container, s *specs.Spec) error {
 		sc, err := seccompProfile(s, "limit to the native ABI")
@@ -313,12 +313,13 @@ func WithNativeArchOnly() specOpt {
 // nativeNames leaves out of rules the syscall names that exist on other
 // Linux architectures but not on arch (stat64, chown32, socketcall,
 // _llseek, … on amd64: a fifth of containerd's default profile), and the
-// rules left with no name. A filter for arch alone cannot match them: the
-// seccomp library runc builds it with skips a name its architecture lacks.
-// Each is still a name runc resolves and logs at every start; without
-// them, runc run of hookbox's spec took 21.7 ms instead of 24.1 (60 runs
-// each, 2026-12-02). A name no architecture's table has (newer than
-// golang.org/x/sys, or misspelt) is kept: the library decides.
+// rules left with no name. A filter for arch alone cannot match them
+// (SeccompFilter, like libseccomp, skips a name its architecture lacks);
+// where runc builds the profile, each was a name it resolved and logged at
+// every start: without them, runc run of hookbox's spec took 21.7 ms
+// instead of 24.1 (60 runs each, 2026-12-02). A name no architecture's
+// table has (newer than golang.org/x/sys, or misspelt) is kept: the
+// compiler decides.
 func nativeNames(rules []specs.LinuxSyscall, arch string) []specs.LinuxSyscall {
 	kept := make([]specs.LinuxSyscall, 0, len(rules))
 	for _, r := range rules {

@@ -145,6 +145,9 @@ type Container struct {
 	Canonical []byte
 	Mounts    mounts.Plan
 	Spec      *specs.Spec
+	// SeccompFilter is the program hookbox-init installs (oci.SeccompInInit),
+	// for the run's config dir; nil when runc applies the spec's profile.
+	SeccompFilter []byte
 }
 
 // NewContainer plans r's mounts on this host, validates them, and
@@ -177,7 +180,11 @@ func NewContainer(ctx context.Context, r *render.Render, l Launch) (*Container, 
 	if err != nil {
 		return nil, err
 	}
-	return &Container{Digest: digest, Canonical: canonical, Mounts: mp, Spec: spec}, nil
+	filter, err := oci.SeccompInInit(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Container{Digest: digest, Canonical: canonical, Mounts: mp, Spec: spec, SeccompFilter: filter}, nil
 }
 
 // Preview is the container a run of r would get, planned before any

@@ -18,9 +18,15 @@
 //     writes to disk), closes that stdin and gives the engine /dev/null
 //     instead. Secrets it was told to expect and could not read, within
 //     secretsTimeout, make it exit 127 without starting the engine;
+//   - installs the run's seccomp program when its environment names one
+//     (HOOKBOX_INIT_SECCOMP, package internal/initseccomp: hookbox compiled
+//     the run's profile into it, and the OCI spec holds none for runc), on
+//     every thread, as the last step before the engine; one it cannot
+//     install makes it exit 127 without starting the engine;
 //   - starts the engine with the inherited stdio, environment and working
 //     directory (with the secrets' values in their entries' places and
-//     HOOKBOX_INIT_SECRETS removed), as the leader of a new process group;
+//     HOOKBOX_INIT_SECRETS and HOOKBOX_INIT_SECCOMP removed), as the
+//     leader of a new process group;
 //   - forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to that
 //     group;
 //   - reaps every child it has: the engine, and the orphans the kernel
@@ -49,6 +55,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"hookbox.dev/hookbox/internal/initseccomp"
 	"hookbox.dev/hookbox/internal/initsecrets"
 )
 
@@ -80,10 +87,19 @@ func run(argv []string) int {
 	signals := make(chan os.Signal, 16)
 	signal.Notify(signals, forwarded...)
 
-	env, devnull, err := engineEnv(os.Environ())
+	filter, environ := initseccomp.Expected(os.Environ())
+	env, devnull, err := engineEnv(environ)
 	if err != nil {
 		fail("%v; the engine is not started", err)
 		return exitCannotStart
+	}
+	// The last step before the engine: every thread of this process, and
+	// every process it starts, runs under the filter from here on.
+	if filter != "" {
+		if err := initseccomp.Load(filter); err != nil {
+			fail("%v; the engine is not started", err)
+			return exitCannotStart
+		}
 	}
 	stdin := uintptr(0)
 	if devnull != nil {

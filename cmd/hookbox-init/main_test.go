@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"hookbox.dev/hookbox/internal/initseccomp"
 	"hookbox.dev/hookbox/internal/initsecrets"
 )
 
@@ -323,5 +326,56 @@ func TestReadSecretsTimesOut(t *testing.T) {
 	}
 	if _, err := w.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
 		t.Errorf("the init's end of the pipe is still open: write gave %v", err)
+	}
+}
+
+// With HOOKBOX_INIT_SECCOMP the init installs the filter before the engine
+// starts: the engine runs under it (seccomp mode 2, one filter) and does
+// not see the variable.
+func TestSeccompFilterInstalled(t *testing.T) {
+	filter := filepath.Join(t.TempDir(), initseccomp.FileName)
+	allowAll := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW}}
+	if err := os.WriteFile(filter, initseccomp.Encode(allowAll), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	environ := []string{"A=1", initseccomp.EnvName + "=" + filter}
+	code, stdout, stderr := secretsInit(t, environ, nil, "/usr/bin/grep", "-E", "^Seccomp", "/proc/self/status")
+	if code != 0 || !strings.Contains(stdout, "Seccomp:\t2\n") || !strings.Contains(stdout, "Seccomp_filters:\t1\n") {
+		t.Errorf("exit %d, the engine's seccomp: %q (%s)", code, stdout, stderr)
+	}
+	code, stdout, stderr = secretsInit(t, environ, nil, "/usr/bin/env", "-0")
+	if code != 0 || stdout != asInit+"=1\x00A=1\x00" {
+		t.Errorf("exit %d, the engine's environment %q (%s)", code, stdout, stderr)
+	}
+}
+
+// A filter named and not installable stops the init before the engine:
+// exit 127, never an engine without its filter.
+func TestSeccompFilterFailClosed(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "engine-ran")
+	odd := filepath.Join(dir, "odd.bpf")
+	if err := os.WriteFile(odd, []byte("1234567"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	// Jumps past the end: the kernel refuses the program.
+	invalid := filepath.Join(dir, "invalid.bpf")
+	if err := os.WriteFile(invalid, initseccomp.Encode([]unix.SockFilter{{Code: unix.BPF_JMP | unix.BPF_JA, K: 5}}), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct{ path, want string }{
+		"missing": {filepath.Join(dir, "none.bpf"), "no such file"},
+		"odd":     {odd, "not a whole number"},
+		"invalid": {invalid, "install: invalid argument"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, _, stderr := secretsInit(t, []string{initseccomp.EnvName + "=" + tc.path}, nil, "/usr/bin/touch", marker)
+			if code != exitCannotStart || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "the engine is not started") {
+				t.Errorf("exit %d stderr %q, want %d and %q", code, stderr, exitCannotStart, tc.want)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("the engine ran")
+			}
+		})
 	}
 }
