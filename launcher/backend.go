@@ -140,6 +140,66 @@ type BackendConfig struct {
 	// listening trace through the managed tracer (started on first use)
 	// instead of loading the BPF programs itself.
 	ManagedTracer *ManagedTracerConfig
+	// Early, when set, is a connection DialEarly began with the same
+	// address and daemon options; Connect uses it when it succeeded.
+	Early *EarlyDial
+}
+
+// EarlyDial is a connection to a containerd that already answers, made
+// while the caller does other work (hookbox run compiles the spec).
+type EarlyDial struct {
+	done     chan struct{}
+	client   *containerd.Client
+	endpoint daemon.Endpoint
+	err      error
+	taken    bool
+	// notes are the progress lines of the dial, for Connect to print.
+	notes []string
+}
+
+// DialEarly starts connecting as Connect would, except that it never
+// starts a managed containerd (opts.AutoStart is ignored): nothing of a
+// run may exist before its spec compiled, and a daemon that does not
+// answer is left to Connect. Call Close when done with it.
+func DialEarly(ctx context.Context, address string, opts daemon.Options) *EarlyDial {
+	e := &EarlyDial{done: make(chan struct{})}
+	opts.AutoStart = false
+	opts.Progress = func(msg string) { e.notes = append(e.notes, msg) }
+	go func() {
+		defer close(e.done)
+		e.client, e.endpoint, e.err = daemon.Resolve(ctx, address, opts)
+	}()
+	return e
+}
+
+// take returns the early connection once made, or ok false, and prints
+// its progress lines with progress.
+func (e *EarlyDial) take(progress func(string)) (*containerd.Client, daemon.Endpoint, bool) {
+	if e == nil {
+		return nil, daemon.Endpoint{}, false
+	}
+	<-e.done
+	if e.err != nil {
+		return nil, daemon.Endpoint{}, false
+	}
+	e.taken = true
+	for _, msg := range e.notes {
+		if progress != nil {
+			progress(msg)
+		}
+	}
+	return e.client, e.endpoint, true
+}
+
+// Close closes the early connection unless Connect took it.
+func (e *EarlyDial) Close() {
+	if e == nil {
+		return
+	}
+	<-e.done
+	if e.client != nil && !e.taken {
+		e.client.Close()
+	}
 }
 
 // ManagedTracerConfig is how a root hookbox starts its managed tracer
@@ -159,9 +219,12 @@ func Connect(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	if rc, inner := rootless.Inner(); inner {
 		return connectRootless(ctx, rc, cfg)
 	}
-	client, endpoint, err := daemon.Resolve(ctx, cfg.Address, cfg.Daemon)
-	if err != nil {
-		return nil, err
+	client, endpoint, early := cfg.Early.take(cfg.Daemon.Progress)
+	if !early {
+		var err error
+		if client, endpoint, err = daemon.Resolve(ctx, cfg.Address, cfg.Daemon); err != nil {
+			return nil, err
+		}
 	}
 	b := &Backend{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, State: endpoint.State,
 		Cgroups: runtimeCgroups{}, Tracer: func() (ExecTracer, error) {

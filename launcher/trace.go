@@ -146,23 +146,46 @@ func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) er
 		}
 		return nil
 	}
-	ids, allowed, err := ProgramIdentities("/proc/"+strconv.Itoa(initPID)+"/root", x.r)
+	// The identities are read through the container's root while the
+	// tracer arms, unless enforce needs them for the watch's policy; the
+	// verdict needs them only once the run is over, and Start waits for
+	// both.
+	enforce := x.r.Trace.Mode == render.TraceEnforce
+	identities := start(func() (identified, error) {
+		ids, allowed, err := ProgramIdentities("/proc/"+strconv.Itoa(initPID)+"/root", x.r)
+		return identified{ids, allowed}, err
+	})
+	var policy ebpf.Policy
+	if enforce {
+		known, err := identities.wait()
+		if err != nil {
+			return err
+		}
+		policy = ebpf.Policy{Enforce: true, Allowed: known.allowed}
+	}
+	f, err := os.OpenFile(filepath.Join(x.dir, TraceFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
+		return identities.failure(err)
+	}
+	t.file, t.out = f, bufio.NewWriterSize(f, 256<<10)
+	w, watchErr := t.tracer.Watch(cgroupDir, cgroupID, policy)
+	known, err := identities.wait()
+	if err != nil {
+		if watchErr == nil {
+			w.Stop()
+		}
+		t.file, t.out = nil, nil
+		f.Close()
+		os.Remove(f.Name())
 		return err
 	}
-	t.ids = ids
+	t.ids = known.ids
 	data, err := recordJSON(t.ids)
 	if err != nil {
 		return err
 	}
 	x.writeRecord(IdentitiesFile, data)
-	f, err := os.OpenFile(filepath.Join(x.dir, TraceFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	t.file, t.out = f, bufio.NewWriterSize(f, 256<<10)
-	w, err := t.tracer.Watch(cgroupDir, cgroupID, ebpf.Policy{Enforce: x.r.Trace.Mode == render.TraceEnforce, Allowed: allowed})
-	if err != nil {
+	if err := watchErr; err != nil {
 		t.loadErr = err
 		// No trace record, as for a tracer that never loaded: an empty one
 		// would read as a trace cut short.
@@ -177,6 +200,12 @@ func (x *execution) armTracer(initPID int, cgroupDir string, cgroupID uint64) er
 	t.consumed.Add(1)
 	go x.consumeTrace()
 	return nil
+}
+
+// identified is ProgramIdentities' answer.
+type identified struct {
+	ids     verify.FileIdentities
+	allowed []ebpf.FileID
 }
 
 // ProgramIdentities computes the identity of every program of r as the

@@ -110,6 +110,15 @@ mount exists. result.json records both digests.`,
 			resumeCollection := holdCollection(startupHeapLimit)
 			defer resumeCollection()
 			address, stateDir, cacheDir := h.address, h.stateDir, h.cacheDir
+			inner, isInner := rootless.Inner()
+			dirs := dirsFrom(stateDir, cacheDir, inner)
+			// A containerd that already answers is connected to while the
+			// spec compiles (rootful only; none is started for it).
+			var early *launcher.EarlyDial
+			if !isInner && !rootlessFlag && !rootlessUser() {
+				early = launcher.DialEarly(cmd.Context(), address, daemonOptions(false, dirs.daemon, nil))
+				defer early.Close()
+			}
 			params, err := compiler.ParseSetFlags(sets)
 			if err != nil {
 				return usageError{err}
@@ -134,8 +143,6 @@ mount exists. result.json records both digests.`,
 			if err != nil {
 				return exitError{exitInfra, err.Error()}
 			}
-			inner, isInner := rootless.Inner()
-			dirs := dirsFrom(stateDir, cacheDir, inner)
 			// Before anything of a run exists: before a containerd is
 			// started or RootlessKit's namespaces are entered.
 			assembled, err := checkExpectedDigest(cmd.Context(), r, expectDigest, dirs.cache, verifyRunfiles)
@@ -146,7 +153,7 @@ mount exists. result.json records both digests.`,
 				return func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, phase, msg) }
 			}
 			backend := launcher.BackendConfig{Address: address, Daemon: daemonOptions(true, dirs.daemon, progress("containerd")),
-				Traced: r.Trace.Mode != render.TraceOff, TraceRingSize: traceRingSize}
+				Traced: r.Trace.Mode != render.TraceOff, TraceRingSize: traceRingSize, Early: early}
 			if exe, err := os.Executable(); err == nil && !rootlessUser() {
 				backend.ManagedTracer = &launcher.ManagedTracerConfig{Executable: exe, RuntimeDir: os.Getenv(envRuntimeDir)}
 			}
