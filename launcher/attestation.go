@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hookbox.dev/hookbox/internal/host"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -56,27 +57,47 @@ func (x *execution) seal() {
 	x.result.Attestation = a
 }
 
-// attest writes the run's attestation: the statement over the sealed
-// record and the result.json just written, signed when the run has a key.
-// A failure is recorded in result.json (rewritten), never fatal.
-func (x *execution) attest() {
+// writeResult writes result.json and the run's attestation, the statement
+// over the sealed record and those very bytes, signed when the run has a
+// key: both synced side by side, result.json renamed into place first. An
+// attestation that cannot be made or written is recorded in result.json
+// instead, never fatal; the error returned is result.json's.
+func (x *execution) writeResult() error {
+	path := filepath.Join(x.dir, ResultFile)
+	data, err := recordJSON(x.result)
+	if err != nil {
+		return err
+	}
 	a := x.result.Attestation
 	if a == nil || x.result.Record == nil {
-		return
+		return host.WriteFileAtomic(path, data, 0o644)
 	}
-	err := x.writeAttestation()
-	if err == nil {
-		return
+	env, err := attestationOf(context.WithoutCancel(x.ctx), x.dir, x.r, x.result, data, x.opts.Signer, x.opts.Version)
+	if err != nil {
+		x.noAttestation(err)
+		if data, err = recordJSON(x.result); err != nil {
+			return err
+		}
+		return host.WriteFileAtomic(path, data, 0o644)
 	}
-	a.Signed, a.KeyID, a.Error = false, "", err.Error()
-	x.progress("attest", "no attestation: %v", err)
-	if werr := writeJSON(filepath.Join(x.dir, ResultFile), x.result, 0o644); werr != nil {
-		x.progress("attest", "could not record the attestation error in result.json: %v", werr)
+	written, err := host.WriteFilesAtomic([]host.File{{Path: path, Data: data, Perm: 0o644}, {Path: filepath.Join(x.dir, attest.File), Data: env, Perm: 0o644}})
+	switch {
+	case written == 0:
+		return err
+	case err != nil: // result.json is there, its attestation is not
+		x.noAttestation(err)
+		if werr := writeJSON(path, x.result, 0o644); werr != nil {
+			x.progress("attest", "could not record the attestation error in result.json: %v", werr)
+		}
 	}
+	return nil
 }
 
-func (x *execution) writeAttestation() error {
-	return WriteAttestation(context.WithoutCancel(x.ctx), x.dir, x.r, x.result, x.opts.Signer, x.opts.Version)
+// noAttestation records why the run has no attestation.
+func (x *execution) noAttestation(err error) {
+	a := x.result.Attestation
+	a.Signed, a.KeyID, a.Error = false, "", err.Error()
+	x.progress("attest", "no attestation: %v", err)
 }
 
 // WriteAttestation writes dir's attestation.dsse.json: the statement over
@@ -84,27 +105,41 @@ func (x *execution) writeAttestation() error {
 // filled) and render r, signed when signer is not nil. A run writes its
 // own this way, and so does the node agent for a pod it judged.
 func WriteAttestation(ctx context.Context, dir string, r *render.Render, res *Result, signer *attest.Signer, version string) error {
-	p, subjects, err := predicateOf(dir, r, res, version)
+	written, err := os.ReadFile(filepath.Join(dir, ResultFile))
 	if err != nil {
 		return err
 	}
-	payload, err := attest.Statement(subjects, p)
+	env, err := attestationOf(ctx, dir, r, res, written, signer, version)
 	if err != nil {
 		return err
+	}
+	return host.WriteFileAtomic(filepath.Join(dir, attest.File), env, 0o644)
+}
+
+// attestationOf is the attestation.dsse.json of dir's record whose
+// result.json holds resultJSON.
+func attestationOf(ctx context.Context, dir string, r *render.Render, res *Result, resultJSON []byte, signer *attest.Signer, version string) ([]byte, error) {
+	p, subjects, err := predicateOf(dir, r, res, resultJSON, version)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := attest.Statement(subjects, p)
+	if err != nil {
+		return nil, err
 	}
 	env := attest.Unsigned(payload)
 	if signer != nil {
 		if env, err = signer.Sign(ctx, payload); err != nil {
-			return fmt.Errorf("sign the attestation with %s: %w", signer.Path(), err)
+			return nil, fmt.Errorf("sign the attestation with %s: %w", signer.Path(), err)
 		}
 	}
-	return writeJSON(filepath.Join(dir, attest.File), env, 0o644)
+	return recordJSON(env)
 }
 
 // predicateOf is the predicate and subjects a sealed record gives: res is
 // result.json as written (its record section filled), r the render. The
 // verdict is res's; CheckRecord compares it with the recomputed one.
-func predicateOf(dir string, r *render.Render, res *Result, version string) (attest.Predicate, []attest.Subject, error) {
+func predicateOf(dir string, r *render.Render, res *Result, resultJSON []byte, version string) (attest.Predicate, []attest.Subject, error) {
 	var p attest.Predicate
 	if res.Record == nil {
 		return p, nil, errors.New("the record has no digests (result.json's record section)")
@@ -117,9 +152,9 @@ func predicateOf(dir string, r *render.Render, res *Result, version string) (att
 	if err != nil {
 		return p, nil, err
 	}
-	resultDigest, err := resultDigest(filepath.Join(dir, ResultFile))
+	resultDigest, err := resultDigest(resultJSON)
 	if err != nil {
-		return p, nil, err
+		return p, nil, fmt.Errorf("%s: %w", filepath.Join(dir, ResultFile), err)
 	}
 	p = attest.Predicate{
 		Hookbox: attest.Tool{Version: version},
@@ -225,21 +260,14 @@ func engineIdentity(r *render.Render) attest.Engine {
 // resultDigest is the digest of result.json without its notify section
 // (the notifier's outcome, recorded after the attestation): sha256 of the
 // canonical JSON of the rest.
-func resultDigest(path string) (string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
+func resultDigest(data []byte) (string, error) {
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(data, &members); err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
+		return "", err
 	}
 	delete(members, "notify")
 	digest, _, err := canonjson.Digest(members)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	return digest, nil
+	return digest, err
 }
 
 func nonNil(s []string) []string {
@@ -397,7 +425,12 @@ func checkAttestation(ctx context.Context, dir string, r *render.Render, res *Re
 	if res.Record == nil {
 		return check
 	}
-	want, _, err := predicateOf(dir, r, res, got.Hookbox.Version)
+	written, err := os.ReadFile(filepath.Join(dir, ResultFile))
+	if err != nil {
+		problem(ProblemRecordUnreadable, ResultFile, "%v", err)
+		return check
+	}
+	want, _, err := predicateOf(dir, r, res, written, got.Hookbox.Version)
 	if err != nil {
 		problem(ProblemRecordUnreadable, ResultFile, "%v", err)
 		return check

@@ -29,10 +29,9 @@ func sealFixture(t *testing.T, dir string, signer *attest.Signer) {
 	if x.result.Record == nil {
 		t.Fatalf("seal: %s", x.result.Error)
 	}
-	if err := writeJSON(filepath.Join(dir, ResultFile), x.result, 0o644); err != nil {
+	if err := x.writeResult(); err != nil {
 		t.Fatal(err)
 	}
-	x.attest()
 	if a := x.result.Attestation; a == nil || a.Error != "" {
 		t.Fatalf("attest: %+v", a)
 	}

@@ -320,12 +320,12 @@ func (x *execution) run() {
 	// A notifier that will not start has its outcome already: result.json
 	// is then written once, not again after notify.
 	res.Notify = x.opts.Notify.Skipped(string(res.Status), res.Spawn)
-	switch werr := writeJSON(filepath.Join(x.dir, ResultFile), res, 0o644); {
+	// The attestation with it, before the notifier, so that it can pass
+	// the attestation on.
+	switch werr := x.writeResult(); {
 	case werr != nil && res.Error == "":
 		res.Status, res.Error = StatusInfraError, "write result: "+werr.Error()
 	case werr == nil:
-		// Before the notifier, so that it can pass the attestation on.
-		x.attest()
 		// What finishedCleanly will read back from the record.
 		if tornDownCleanly(res.Reasons) {
 			unmarkActive(x.opts.StateDir, x.id, false)
