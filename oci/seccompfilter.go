@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"hookbox.dev/hookbox/internal/initseccomp"
@@ -85,8 +84,10 @@ func SeccompFilter(sc *specs.LinuxSeccomp) ([]byte, error) {
 		return nil, fmt.Errorf("%w: default action %s, not EPERM", ErrFilterUnsupported, sc.DefaultAction)
 	}
 	deny := unix.SECCOMP_RET_ERRNO | uint32(syscall.EPERM)
-	rules := map[uint32][]compiledRule{} // by syscall number, in profile order
-	actions := map[uint32]uint32{}
+	// Each syscall's action and conditions (one list per rule, in profile
+	// order), by number.
+	var table [maxSyscallNr + 1]syscallRules
+	var nrs []uint32
 	for i, rule := range sc.Syscalls {
 		action, err := ruleAction(rule)
 		if err != nil {
@@ -101,45 +102,53 @@ func SeccompFilter(sc *specs.LinuxSeccomp) ([]byte, error) {
 			if !known {
 				continue
 			}
-			if a, seen := actions[nr]; seen && a != action {
+			if nr > maxSyscallNr {
+				return nil, fmt.Errorf("%w: %s is syscall %d, beyond %d", ErrFilterUnsupported, name, nr, maxSyscallNr)
+			}
+			e := &table[nr]
+			switch {
+			case !e.listed:
+				e.listed, e.action = true, action
+				nrs = append(nrs, nr)
+			case e.action != action:
 				return nil, fmt.Errorf("%w: %s has two actions", ErrFilterUnsupported, name)
 			}
-			actions[nr] = action
-			rules[nr] = append(rules[nr], compiledRule{action: action, conds: conds})
+			if len(conds) == 0 {
+				e.always = true
+			} else {
+				e.conds = append(e.conds, conds)
+			}
 		}
-	}
-	nrs := make([]uint32, 0, len(rules))
-	for nr := range rules {
-		nrs = append(nrs, nr)
 	}
 	slices.Sort(nrs)
 	highest := uint32(0)
 	if len(nrs) > 0 {
 		highest = nrs[len(nrs)-1]
 	}
-	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: audit, SkipTrue: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_THREAD},
-		bpf.LoadAbsolute{Off: 0, Size: 4}, // seccomp_data.nr
-		bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: highest, SkipFalse: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(syscall.ENOSYS)},
+	prog := []unix.SockFilter{
+		ldAbs(4), // seccomp_data.arch
+		jump(unix.BPF_JEQ, audit, 1, 0),
+		ret(unix.SECCOMP_RET_KILL_THREAD),
+		ldAbs(0), // seccomp_data.nr
+		jump(unix.BPF_JGT, highest, 0, 1),
+		ret(unix.SECCOMP_RET_ERRNO | uint32(syscall.ENOSYS)),
 	}
 	// The chunks' bodies, then the range checks that jump to them.
-	var bodies [][]bpf.Instruction
+	var bodies [][]unix.SockFilter
 	var lasts []uint32
 	for c := 0; c < len(nrs); c += chunkSize {
 		chunk := nrs[c:min(c+chunkSize, len(nrs))]
-		var body []bpf.Instruction
+		body := make([]unix.SockFilter, 0, 2*len(chunk)+1)
 		for _, nr := range chunk {
-			block, err := syscallBlock(rules[nr], deny)
-			if err != nil {
+			at := len(body)
+			body = append(body, jump(unix.BPF_JEQ, nr, 0, 0))
+			var err error
+			if body, err = appendSyscall(body, &table[nr], deny); err != nil {
 				return nil, fmt.Errorf("oci: compile the seccomp profile: syscall %d: %w", nr, err)
 			}
-			body = append(body, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: uint8(len(block))})
-			body = append(body, block...)
+			body[at].Jf = uint8(len(body) - at - 1) // past the syscall's code
 		}
-		bodies = append(bodies, append(body, bpf.RetConstant{Val: deny}))
+		bodies = append(bodies, append(body, ret(deny)))
 		lasts = append(lasts, chunk[len(chunk)-1])
 	}
 	// Range check k sits at 2k past the dispatch's start; its body after
@@ -149,23 +158,27 @@ func SeccompFilter(sc *specs.LinuxSeccomp) ([]byte, error) {
 	for k, body := range bodies {
 		at := 2*k + 1 // the ja's index within the dispatch
 		prog = append(prog,
-			bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: lasts[k], SkipTrue: 1},
-			bpf.Jump{Skip: uint32(dispatch - at - 1 + offset)})
+			jump(unix.BPF_JGT, lasts[k], 1, 0),
+			unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JA, K: uint32(dispatch - at - 1 + offset)})
 		offset += len(body)
 	}
-	prog = append(prog, bpf.RetConstant{Val: deny})
+	prog = append(prog, ret(deny))
 	for _, body := range bodies {
 		prog = append(prog, body...)
 	}
-	raw, err := bpf.Assemble(prog)
-	if err != nil {
-		return nil, fmt.Errorf("oci: assemble the seccomp program: %w", err)
-	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
-	}
-	return initseccomp.Encode(filter), nil
+	return initseccomp.Encode(prog), nil
+}
+
+// The instructions the program is made of (classic BPF, linux/filter.h).
+func ldAbs(off uint32) unix.SockFilter {
+	return unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: off}
+}
+func jump(op uint16, k uint32, jt, jf uint8) unix.SockFilter {
+	return unix.SockFilter{Code: unix.BPF_JMP | op | unix.BPF_K, Jt: jt, Jf: jf, K: k}
+}
+func ret(k uint32) unix.SockFilter { return unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: k} }
+func and(k uint32) unix.SockFilter {
+	return unix.SockFilter{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: k}
 }
 
 // chunkSize is how many syscall numbers one range check of the program
@@ -193,102 +206,114 @@ func syscallNr(name string) (uint32, bool) {
 	return 0, false
 }
 
-// compiledRule is one rule of one syscall: its action when every condition
-// holds.
-type compiledRule struct {
-	action uint32
-	conds  []specs.LinuxSeccompArg
+// syscallRules is what the profile says of one syscall: its action,
+// always or when one of conds (a rule's conditions, all of which must hold)
+// does.
+type syscallRules struct {
+	listed, always bool
+	action         uint32
+	conds          [][]specs.LinuxSeccompArg
 }
 
-// syscallBlock is the code of one syscall's rules, entered with its number
-// matched: each rule in turn, its first failing condition going on to the
-// next; an unconditional rule decides alone; none holding, deny.
-func syscallBlock(rules []compiledRule, deny uint32) ([]bpf.Instruction, error) {
-	var block []bpf.Instruction
-	for _, r := range rules {
-		if len(r.conds) == 0 {
-			return []bpf.Instruction{bpf.RetConstant{Val: r.action}}, nil
-		}
+// maxSyscallNr bounds the syscall numbers of the native tables.
+const maxSyscallNr = 1023
+
+// appendSyscall appends the code of one syscall's rules, entered with its
+// number matched: each rule in turn, its first failing condition going on
+// to the next; none holding, deny. It must fit a BPF jump (255).
+func appendSyscall(code []unix.SockFilter, e *syscallRules, deny uint32) ([]unix.SockFilter, error) {
+	if e.always {
+		return append(code, ret(e.action)), nil
 	}
-	for _, r := range rules {
-		var code []bpf.Instruction
-		var fails []int // jumps whose false branch fails the rule
-		for _, c := range r.conds {
+	start := len(code)
+	var fails []failJump
+	for _, conds := range e.conds {
+		fails = fails[:0]
+		for _, c := range conds {
 			code, fails = appendCondition(code, fails, c)
 		}
-		code = append(code, bpf.RetConstant{Val: r.action})
-		for _, i := range fails {
-			skip := len(code) - 1 - i // to the instruction after the rule
+		code = append(code, ret(e.action))
+		for _, f := range fails {
+			skip := len(code) - 1 - f.at // to the instruction after the rule
 			if skip > 255 {
 				return nil, errors.New("a rule too long for a BPF jump")
 			}
-			j := code[i].(bpf.JumpIf)
-			j.SkipFalse = uint8(skip)
-			code[i] = j
+			if f.onTrue {
+				code[f.at].Jt = uint8(skip)
+			} else {
+				code[f.at].Jf = uint8(skip)
+			}
 		}
-		block = append(block, code...)
 	}
-	block = append(block, bpf.RetConstant{Val: deny})
-	if len(block) > 255 {
+	code = append(code, ret(deny))
+	if len(code)-start > 255 {
 		return nil, errors.New("rules too long for a BPF jump")
 	}
-	return block, nil
+	return code, nil
+}
+
+// failJump is a jump of a rule whose branch (true, or false) fails the
+// rule: its offset is known once the rule is complete.
+type failJump struct {
+	at     int
+	onTrue bool
 }
 
 // appendCondition adds the test of one condition on a 64-bit argument, as
 // two 32-bit halves: it falls through when the condition holds, and every
-// jump it lists in fails leaves the rule on its false branch.
-func appendCondition(code []bpf.Instruction, fails []int, c specs.LinuxSeccompArg) ([]bpf.Instruction, []int) {
+// jump it lists in fails leaves the rule. Classic BPF compares with =, >,
+// >= and a bit test; the other orderings take the opposite branch.
+func appendCondition(code []unix.SockFilter, fails []failJump, c specs.LinuxSeccompArg) ([]unix.SockFilter, []failJump) {
 	lo, hi := argOffsets(c.Index)
 	vhi, vlo := uint32(c.Value>>32), uint32(c.Value)
-	fail := func(j bpf.JumpIf) {
-		fails = append(fails, len(code))
-		code = append(code, j)
+	// holdsIf: the condition holds when op's test is true (false: when
+	// it is false); the other branch fails the rule.
+	test := func(op uint16, k uint32, holdsIf bool) {
+		fails = append(fails, failJump{at: len(code), onTrue: !holdsIf})
+		code = append(code, jump(op, k, 0, 0))
 	}
-	ld := func(off uint32) { code = append(code, bpf.LoadAbsolute{Off: off, Size: 4}) }
+	ld := func(off uint32) { code = append(code, ldAbs(off)) }
+	// decidedHigh: the high halves differ, so the high test alone decided
+	// (skip the low half's load and test).
+	decidedHigh := func() { code = append(code, jump(unix.BPF_JEQ, vhi, 0, 2)) }
 	switch c.Op {
 	case specs.OpEqualTo:
 		ld(hi)
-		fail(bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi})
+		test(unix.BPF_JEQ, vhi, true)
 		ld(lo)
-		fail(bpf.JumpIf{Cond: bpf.JumpEqual, Val: vlo})
+		test(unix.BPF_JEQ, vlo, true)
 	case specs.OpNotEqual:
-		// Holds when the high halves differ (skip the low test).
 		ld(hi)
-		code = append(code, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi, SkipFalse: 2})
+		decidedHigh()
 		ld(lo)
-		fail(bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: vlo})
+		test(unix.BPF_JEQ, vlo, false)
 	case specs.OpMaskedEqual: // (arg & Value) == ValueTwo
-		mhi, mlo := vhi, vlo
-		dhi, dlo := uint32(c.ValueTwo>>32), uint32(c.ValueTwo)
 		ld(hi)
-		code = append(code, bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: mhi})
-		fail(bpf.JumpIf{Cond: bpf.JumpEqual, Val: dhi})
+		code = append(code, and(vhi))
+		test(unix.BPF_JEQ, uint32(c.ValueTwo>>32), true)
 		ld(lo)
-		code = append(code, bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: mlo})
-		fail(bpf.JumpIf{Cond: bpf.JumpEqual, Val: dlo})
-	default: // the orderings: decided by the high halves unless equal
+		code = append(code, and(vlo))
+		test(unix.BPF_JEQ, uint32(c.ValueTwo), true)
+	case specs.OpLessThan, specs.OpLessEqual:
 		ld(hi)
-		var lowTest bpf.JumpTest
-		switch c.Op {
-		case specs.OpLessThan, specs.OpLessEqual:
-			// hi > vhi fails; hi < vhi holds (skip to past the low test).
-			fail(bpf.JumpIf{Cond: bpf.JumpLessOrEqual, Val: vhi})
-			code = append(code, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi, SkipFalse: 2})
-			lowTest = bpf.JumpLessThan
-			if c.Op == specs.OpLessEqual {
-				lowTest = bpf.JumpLessOrEqual
-			}
-		default: // OpGreaterThan, OpGreaterEqual
-			fail(bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: vhi})
-			code = append(code, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vhi, SkipFalse: 2})
-			lowTest = bpf.JumpGreaterThan
-			if c.Op == specs.OpGreaterEqual {
-				lowTest = bpf.JumpGreaterOrEqual
-			}
+		test(unix.BPF_JGT, vhi, false) // high above: fails
+		decidedHigh()                  // high below: holds
+		ld(lo)
+		if c.Op == specs.OpLessThan {
+			test(unix.BPF_JGE, vlo, false)
+		} else {
+			test(unix.BPF_JGT, vlo, false)
 		}
+	default: // OpGreaterThan, OpGreaterEqual
+		ld(hi)
+		test(unix.BPF_JGE, vhi, true) // high below: fails
+		decidedHigh()                 // high above: holds
 		ld(lo)
-		fail(bpf.JumpIf{Cond: lowTest, Val: vlo})
+		if c.Op == specs.OpGreaterThan {
+			test(unix.BPF_JGT, vlo, true)
+		} else {
+			test(unix.BPF_JGE, vlo, true)
+		}
 	}
 	return code, fails
 }
