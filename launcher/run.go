@@ -670,8 +670,9 @@ func (p *pending[T]) wait() (T, error) {
 }
 
 // failure waits for the work, and adds its error to err when err does not
-// hold it already: a containerd that stopped answering is named even when
-// the other half of prepare failed first.
+// hold it already: a background failure (a containerd that stopped
+// answering, a tmpfs that would not mount) is named even when the main
+// line failed first.
 func (p *pending[T]) failure(err error) error {
 	<-p.done
 	if err != nil && p.err != nil && !errors.Is(err, p.err) {

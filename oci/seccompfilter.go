@@ -90,13 +90,13 @@ func SeccompFilter(sc *specs.LinuxSeccomp) ([]byte, error) {
 	var nrs []uint32
 	for i, rule := range sc.Syscalls {
 		action, err := ruleAction(rule)
+		if err == nil {
+			err = checkConditions(rule.Args)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %d: %v", ErrFilterUnsupported, i, err)
 		}
-		conds, err := ruleConditions(rule.Args)
-		if err != nil {
-			return nil, fmt.Errorf("%w: rule %d: %v", ErrFilterUnsupported, i, err)
-		}
+		conds := rule.Args
 		for _, name := range rule.Names {
 			nr, known := syscallNr(name)
 			if !known {
@@ -347,17 +347,17 @@ func ruleAction(rule specs.LinuxSyscall) (uint32, error) {
 	return 0, fmt.Errorf("action %s", rule.Action)
 }
 
-// ruleConditions checks a rule's argument conditions: the comparisons
+// checkConditions refuses argument conditions other than the comparisons
 // libseccomp has, on arguments 0-5.
-func ruleConditions(args []specs.LinuxSeccompArg) ([]specs.LinuxSeccompArg, error) {
+func checkConditions(args []specs.LinuxSeccompArg) error {
 	for _, a := range args {
 		switch {
 		case a.Index > 5:
-			return nil, fmt.Errorf("argument %d", a.Index)
+			return fmt.Errorf("argument %d", a.Index)
 		case !slices.Contains([]specs.LinuxSeccompOperator{specs.OpNotEqual, specs.OpLessThan, specs.OpLessEqual,
 			specs.OpEqualTo, specs.OpGreaterEqual, specs.OpGreaterThan, specs.OpMaskedEqual}, a.Op):
-			return nil, fmt.Errorf("argument %d: operator %s", a.Index, a.Op)
+			return fmt.Errorf("argument %d: operator %s", a.Index, a.Op)
 		}
 	}
-	return args, nil
+	return nil
 }
