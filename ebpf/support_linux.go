@@ -109,3 +109,20 @@ func EnsureSecurityfs() error {
 	}
 	return nil
 }
+
+// removeMemlock lifts RLIMIT_MEMLOCK, which kernels before 5.11 charge BPF
+// maps and programs to (later ones charge the memory cgroup). It is ours,
+// not cilium/ebpf's rlimit.RemoveMemlock, because that package's init
+// creates a BPF map to detect the accounting in every process that links
+// it: ~0.4 ms of every hookbox command, most of which never trace. Without
+// CAP_SYS_RESOURCE the limit stays: 5.11 and later do not consult it, and
+// an older kernel refuses the first map with EPERM, which unsupported
+// reports as a missing privilege.
+func removeMemlock() error {
+	unlimited := unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
+	err := unix.Prlimit(0, unix.RLIMIT_MEMLOCK, &unlimited, nil)
+	if errors.Is(err, unix.EPERM) {
+		return nil
+	}
+	return err
+}

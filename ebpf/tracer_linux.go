@@ -14,7 +14,6 @@ import (
 	cebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"hookbox.dev/hookbox/internal/host"
@@ -88,7 +87,7 @@ func Load(opts Options) (*Tracer, error) {
 	if err := checkHost(); err != nil {
 		return nil, err
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
+	if err := removeMemlock(); err != nil {
 		return nil, unsupported("raise RLIMIT_MEMLOCK", err)
 	}
 	ncpu, err := cebpf.PossibleCPU()

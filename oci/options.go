@@ -324,7 +324,7 @@ func nativeNames(rules []specs.LinuxSyscall, arch string) []specs.LinuxSyscall {
 	kept := make([]specs.LinuxSyscall, 0, len(rules))
 	for _, r := range rules {
 		r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool {
-			arches, known := syscallArches[n]
+			arches, known := syscallArches(n)
 			return known && !slices.Contains(arches, arch)
 		})
 		if len(r.Names) > 0 {
@@ -332,6 +332,23 @@ func nativeNames(rules []specs.LinuxSyscall, arch string) []specs.LinuxSyscall {
 		}
 	}
 	return kept
+}
+
+// syscallArchSet is one name of syscallArchTable (zsyscalls.go) and the
+// architectures that have it.
+type syscallArchSet struct {
+	Name   string
+	Arches []string
+}
+
+// syscallArches is the architectures whose table has the syscall name, and
+// whether any has it.
+func syscallArches(name string) ([]string, bool) {
+	i, found := slices.BinarySearchFunc(syscallArchTable, name, func(e syscallArchSet, n string) int { return strings.Compare(e.Name, n) })
+	if !found {
+		return nil, false
+	}
+	return syscallArchTable[i].Arches, true
 }
 
 // seccompProfile is the spec's profile, which the options that narrow it

@@ -167,7 +167,8 @@ func TestDigests(t *testing.T) {
 	if d, _ := r.Digests(); d.Content != "" || d.Matches("") {
 		t.Errorf("without runfiles there is no content digest: %+v", d)
 	}
-	for s, want := range map[string]bool{d.Plan: true, "sha256:" + strings.Repeat("A", 64): false, "sha256:abc": false, strings.Repeat("a", 64): false} {
+	for s, want := range map[string]bool{d.Plan: true, "sha256:" + strings.Repeat("A", 64): false, "sha256:abc": false, strings.Repeat("a", 64): false,
+		"sha256:" + strings.Repeat("a", 65): false, "sha256:" + strings.Repeat("g", 64): false, "sha512:" + strings.Repeat("a", 64): false, " " + d.Plan: false} {
 		if ValidDigest(s) != want {
 			t.Errorf("ValidDigest(%q) = %v", s, !want)
 		}

@@ -3,6 +3,7 @@ package tracehelper
 import (
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,9 +20,15 @@ func TestManagedKey(t *testing.T) {
 	if got := ManagedKey(); got != "upgraded" {
 		t.Errorf("with %s: %q", KeyEnv, got)
 	}
-	t.Setenv(KeyEnv, "../escape")
-	if got := ManagedKey(); got != k {
-		t.Errorf("an override that is not a plain name must be ignored: %q", got)
+	for _, bad := range []string{"../escape", "Upper", strings.Repeat("a", 65), "a b"} {
+		t.Setenv(KeyEnv, bad)
+		if got := ManagedKey(); got != k {
+			t.Errorf("an override that is not 1-64 of [0-9a-z] must be ignored: %q gave %q", bad, got)
+		}
+	}
+	t.Setenv(KeyEnv, strings.Repeat("z9", 32))
+	if got := ManagedKey(); got != strings.Repeat("z9", 32) {
+		t.Errorf("a 64-character override: %q", got)
 	}
 }
 

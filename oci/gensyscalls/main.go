@@ -75,19 +75,19 @@ func generate(out string) error {
 	slices.Sort(arches)
 	var b bytes.Buffer
 	b.WriteString(header(version))
-	b.WriteString("// syscallArches is, for every Linux syscall name, the Go architectures\n// whose syscall table has it.\n")
-	b.WriteString("var syscallArches = map[string][]string{\n")
+	b.WriteString("// syscallArchTable is, for every Linux syscall name, sorted, the Go\n// architectures whose syscall table has it (a static slice: a map would\n// be built at every start).\n")
+	b.WriteString("var syscallArchTable = []syscallArchSet{\n")
 	for _, n := range slices.Sorted(maps.Keys(names)) {
 		as := names[n]
 		slices.Sort(as)
-		fmt.Fprintf(&b, "\t%q: {", n)
+		fmt.Fprintf(&b, "\t{%q, []string{", n)
 		for i, a := range as {
 			if i > 0 {
 				b.WriteString(", ")
 			}
 			fmt.Fprintf(&b, "%q", a)
 		}
-		b.WriteString("},\n")
+		b.WriteString("}},\n")
 	}
 	b.WriteString("}\n")
 	if err := writeSource(out, b.Bytes()); err != nil {

@@ -62,7 +62,7 @@ func Agent(o AgentOptions) (*AgentObjects, error) {
 		o.KeySecret = AgentName + "-key"
 	}
 	var problems []string
-	if !digestRef.MatchString(o.Image) {
+	if !pinnedRef(o.Image) {
 		problems = append(problems, fmt.Sprintf("--image %q: give the image holding the static hookbox, pinned by digest, NAME@sha256:<64 hex>", o.Image))
 	}
 	for _, ns := range append([]string{o.Namespace}, o.JobNamespaces...) {

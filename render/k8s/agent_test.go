@@ -42,3 +42,23 @@ func TestAgent(t *testing.T) {
 		}
 	}
 }
+
+func TestPinnedRef(t *testing.T) {
+	digest := "@sha256:" + strings.Repeat("a", 64)
+	for ref, want := range map[string]bool{
+		"hookbox.dev/proxy" + digest:                  true,
+		"localhost:5000/a/b:tag" + digest:             true,
+		digest:                                        false, // no name
+		"hookbox.dev/proxy":                           false, // not pinned
+		"hookbox.dev/proxy@sha256:abc":                false,
+		"a b" + digest:                                false,
+		"a\tb" + digest:                               false,
+		"a@b" + digest:                                false,
+		"hookbox.dev/proxy" + digest + "0":            false,
+		"hookbox.dev/proxy" + strings.ToUpper(digest): false,
+	} {
+		if pinnedRef(ref) != want {
+			t.Errorf("pinnedRef(%q) = %v, want %v", ref, !want, want)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -151,7 +150,11 @@ type Objects struct {
 	Job                 *batchv1.Job
 }
 
-var digestRef = regexp.MustCompile(`^[^@\s]+@sha256:[0-9a-f]{64}$`)
+// pinnedRef: NAME@sha256:<64 hex>, NAME without "@" or whitespace.
+func pinnedRef(ref string) bool {
+	name, digest, ok := strings.Cut(ref, "@")
+	return ok && name != "" && !strings.ContainsAny(name, " \t\n\f\r") && render.ValidDigest(digest)
+}
 
 func (o Options) withDefaults() (Options, error) {
 	if o.WorkspaceClaim == "" {
@@ -176,12 +179,12 @@ func (o Options) withDefaults() (Options, error) {
 		if img.flag == "runfiles-image" && img.ref == "" && len(o.RunfilesImages) > 0 {
 			continue // every spawn's is checked below, once it is chosen
 		}
-		if !digestRef.MatchString(img.ref) {
+		if !pinnedRef(img.ref) {
 			problems = append(problems, fmt.Sprintf("--%s %q: give an image pinned by digest, NAME@sha256:<64 hex>", img.flag, img.ref))
 		}
 	}
 	for _, spawn := range slices.Sorted(maps.Keys(o.RunfilesImages)) {
-		if ref := o.RunfilesImages[spawn]; !digestRef.MatchString(ref) {
+		if ref := o.RunfilesImages[spawn]; !pinnedRef(ref) {
 			problems = append(problems, fmt.Sprintf("runfiles image %q of spawn %s: give an image pinned by digest, NAME@sha256:<64 hex>", ref, spawn))
 		}
 	}
@@ -192,7 +195,7 @@ func (o Options) withDefaults() (Options, error) {
 			problems = append(problems, fmt.Sprintf("--%s %q: %s", name.flag, name.value, strings.Join(errs, "; ")))
 		}
 	}
-	if o.ProxyImage != "" && !digestRef.MatchString(o.ProxyImage) {
+	if o.ProxyImage != "" && !pinnedRef(o.ProxyImage) {
 		problems = append(problems, fmt.Sprintf("--proxy-image %q: give an image pinned by digest, NAME@sha256:<64 hex>", o.ProxyImage))
 	}
 	if o.Namespace != "" {
