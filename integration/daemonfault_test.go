@@ -524,15 +524,21 @@ func TestContainerdStoppedCtrlC(t *testing.T) {
 
 func readResult(t *testing.T, dir string) *launcher.Result {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, launcher.ResultFile))
+	var res launcher.Result
+	readJSONFile(t, filepath.Join(dir, launcher.ResultFile), &res)
+	return &res
+}
+
+// readJSONFile decodes the JSON file at path into v.
+func readJSONFile(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res launcher.Result
-	if err := json.Unmarshal(data, &res); err != nil {
-		t.Fatal(err)
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	return &res
 }
 
 func fmtCode(code *int) string {

@@ -244,14 +244,29 @@ func requireSystemContainerd(t *testing.T) {
 // tasks, snapshots, leases, shims, bundles, runc state, mounts, cgroups,
 // processes; the record marked collected), and a second gc finds nothing.
 // It prints the table of leftovers (phase × kind), all zeros.
+//
+// Both ways a task gets its shim: one of its own (HOOKBOX_SHIM_GROUP=off,
+// and every run before the group's anchor exists) and the shim group's,
+// whose anchor is made before each kill.
 func TestFaultPoints(t *testing.T) {
+	t.Run("own-shim", func(t *testing.T) { testFaultPoints(t, false) })
+	t.Run("shim-group", func(t *testing.T) { testFaultPoints(t, true) })
+}
+
+func testFaultPoints(t *testing.T, grouped bool) {
 	e := newEnv(t)
 	requireSystemContainerd(t)
+	if !grouped {
+		e.extraEnv = append(e.extraEnv, "HOOKBOX_SHIM_GROUP=off")
+	}
 	spec := e.faultSpec()
 	table := map[faultpoint.Point]map[string]int{}
 	for _, p := range faultpoint.All {
 		state := filepath.Join(t.TempDir(), "state")
 		t.Cleanup(func() { exec.Command(hookboxBin, "gc", "--state-dir", state).Run() })
+		if grouped {
+			e.ensureShimGroup()
+		}
 		id, began := e.killAt(spec, state, p)
 		killed := time.Now()
 		recordDir := filepath.Join(launcher.RunsDir(state), id)
@@ -290,6 +305,7 @@ func TestFaultPoints(t *testing.T) {
 func TestGCWithoutContainerdLeavesTheRunForLater(t *testing.T) {
 	e := newEnv(t)
 	requireSystemContainerd(t)
+	e.extraEnv = append(e.extraEnv, "HOOKBOX_SHIM_GROUP=off") // the run's own shim is counted
 	state := filepath.Join(t.TempDir(), "state")
 	t.Cleanup(func() { exec.Command(hookboxBin, "gc", "--state-dir", state).Run() })
 	id, began := e.killAt(e.faultSpec(), state, faultpoint.Running)
@@ -339,6 +355,7 @@ func TestGCEndsLostShims(t *testing.T) {
 	const lostShimAttempts = 6
 	e := newEnv(t)
 	requireSystemContainerd(t)
+	e.extraEnv = append(e.extraEnv, "HOOKBOX_SHIM_GROUP=off") // a shim of the run's own is what gets lost
 	var id, state, recordDir string
 	var began, killed time.Time
 	for attempt := 1; ; attempt++ {
@@ -375,15 +392,36 @@ func TestGCEndsLostShims(t *testing.T) {
 
 // TestDaemonStopEndsShims: `hookbox daemon stop` ends the tasks the
 // managed containerd ran: no shim of it, no task bundle in its state and
-// none of the run's processes outlive it.
+// none of the run's processes outlive it. The run has a shim of its own,
+// or is in the shim group with the anchor (whose shim was started for the
+// anchor, not for the run).
 func TestDaemonStopEndsShims(t *testing.T) {
+	t.Run("own-shim", func(t *testing.T) { testDaemonStopEndsShims(t, false) })
+	t.Run("shim-group", func(t *testing.T) { testDaemonStopEndsShims(t, true) })
+}
+
+func testDaemonStopEndsShims(t *testing.T, grouped bool) {
 	e := newEnv(t)
 	runtimeDir := filepath.Join(t.TempDir(), "rt")
 	e.extraEnv = append(e.extraEnv, "HOOKBOX_CONTAINERD_ADDRESS=", // CI exports it; it would win over the managed daemon
 		"HOOKBOX_SYSTEM_CONTAINERD_ADDRESS=/run/hookbox-test-no-containerd.sock", "HOOKBOX_RUNTIME_DIR="+runtimeDir)
 	t.Cleanup(func() { e.command(context.Background(), "daemon", "stop", "--state-dir", e.state).Run() })
 	m := daemon.ManagedPaths(e.state, runtimeDir)
+	want := launcher.ShimGroupID // the one shim: the group's
+	if grouped {
+		e.address = m.Address
+		e.ensureShimGroup()
+		// killAt finds the killed run as the state's only record.
+		if err := os.RemoveAll(launcher.RunsDir(e.state)); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		e.extraEnv = append(e.extraEnv, "HOOKBOX_SHIM_GROUP=off")
+	}
 	id, _ := e.killAt(e.faultSpec(), e.state, faultpoint.Running)
+	if !grouped {
+		want = id
+	}
 	ours := func() []daemon.Shim {
 		shims, err := daemon.Shims()
 		if err != nil {
@@ -391,8 +429,8 @@ func TestDaemonStopEndsShims(t *testing.T) {
 		}
 		return slices.DeleteFunc(shims, func(s daemon.Shim) bool { return !daemon.SameAddress(s.Address, m.Address) })
 	}
-	if shims := ours(); len(shims) != 1 || shims[0].ID != id {
-		t.Fatalf("test setup: the killed run's shim should run under the managed containerd: %+v", shims)
+	if shims := ours(); len(shims) != 1 || shims[0].ID != want {
+		t.Fatalf("test setup: the killed run's shim should be %s's, under the managed containerd: %+v", want, shims)
 	}
 	if out, err := e.command(context.Background(), "daemon", "stop", "--state-dir", e.state).CombinedOutput(); err != nil {
 		t.Fatalf("daemon stop: %v\n%s", err, out)

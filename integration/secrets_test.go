@@ -196,13 +196,16 @@ func (d *daemonFiles) findBundle(t *testing.T, record string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bundle, err := os.Readlink("/proc/" + strconv.Itoa(st.PPID) + "/cwd")
+	shimDir, err := os.Readlink("/proc/" + strconv.Itoa(st.PPID) + "/cwd")
 	if err != nil {
 		t.Fatalf("the shim's directory: %v", err)
 	}
-	if filepath.Base(bundle) != spawned.ContainerID {
-		t.Fatalf("the init's parent runs in %s, not the bundle of %s", bundle, spawned.ContainerID)
+	// The shim runs in the bundle of the task it was started for: the
+	// run's, or the shim group's anchor's beside it.
+	if b := filepath.Base(shimDir); b != spawned.ContainerID && b != launcher.ShimGroupID {
+		t.Fatalf("the init's parent runs in %s, not the bundle of %s or of the shim group's anchor", shimDir, spawned.ContainerID)
 	}
+	bundle := filepath.Join(filepath.Dir(shimDir), spawned.ContainerID)
 	d.bundle = d.ns + bundle
 	d.state = d.ns + filepath.Dir(filepath.Dir(filepath.Dir(bundle)))
 }

@@ -36,6 +36,9 @@ type Backend struct {
 	// (daemon.Endpoint.State): gc looks there for bundles no shim serves.
 	State   string
 	Cgroups Cgroups
+	// ShimGroup: runs join the shim group (ShimGroupID) when its shim
+	// answers, and make it when not.
+	ShimGroup bool
 	// Tracer returns the exec tracer of a run; it is called once per run,
 	// in the background. An error makes the verdict unchecked with the
 	// error (an *UnavailableError's ID) as the reason.
@@ -140,6 +143,9 @@ type BackendConfig struct {
 	// listening trace through the managed tracer (started on first use)
 	// instead of loading the BPF programs itself.
 	ManagedTracer *ManagedTracerConfig
+	// NoShimGroup keeps every run's task in a shim of its own (rootless
+	// backends always do).
+	NoShimGroup bool
 	// Early, when set, is a connection DialEarly began with the same
 	// address and daemon options; Connect uses it when it succeeded.
 	Early *EarlyDial
@@ -227,7 +233,7 @@ func Connect(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		}
 	}
 	b := &Backend{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, State: endpoint.State,
-		Cgroups: runtimeCgroups{}, Tracer: func() (ExecTracer, error) {
+		Cgroups: runtimeCgroups{}, ShimGroup: !cfg.NoShimGroup, Tracer: func() (ExecTracer, error) {
 			return loadLocalTracer(ebpf.Options{RingSize: cfg.TraceRingSize})
 		}}
 	if cfg.Traced {

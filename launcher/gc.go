@@ -50,7 +50,7 @@ type Collected struct {
 // GCAction is one thing gc did (or, with DryRun, would do).
 type GCAction struct {
 	RunID  string `json:"run_id"`
-	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, socket, fifo, tmpfs, cgroup, helper-cgroup, tracer (a managed tracer, with no run id), base-view (another base image's shared view, with no run id)
+	What   string `json:"what"` // processes, task, container, snapshot, lease, shim, bundle, socket, fifo, tmpfs, cgroup, helper-cgroup, tracer (a managed tracer, with no run id), base-view (another base image's shared view, with no run id), shim-group (the shim group's anchor, with no run id)
 	Detail string `json:"detail,omitempty"`
 	Error  string `json:"error,omitempty"`
 }
@@ -220,14 +220,17 @@ func (g *collector) collectRun(dir string, intent *Intent) {
 			}
 		}
 		// containerd no longer tracks the task: a shim still serving it
-		// was lost (its client killed while creating or deleting it).
+		// was lost (its client killed while creating or deleting it). The
+		// shim group's serves other runs too: only the task is ended.
 		shims, _ := daemon.Shims()
+		group := g.groupShim(shims)
 		for _, s := range shims {
-			if s.Namespace == oci.Namespace && s.ID == intent.ContainerID {
+			if s.Namespace == oci.Namespace && s.ID == intent.ContainerID && (group == nil || s.PID != group.PID) {
 				g.do(id, "shim", shimDetail(s), func() error { return s.End(g.ctx) })
 			}
 		}
 		if bundle := g.bundle(intent.ContainerID); bundle != "" {
+			g.endGroupTask(group, id, intent.ContainerID, bundle)
 			g.do(id, "bundle", bundle, func() error { return daemon.RemoveBundle(bundle) })
 		}
 		// Its shim is gone (a live one would still serve it).
@@ -304,8 +307,9 @@ func (g *collector) leftovers(dir string, intent *Intent) []GCLeft {
 	if err != nil {
 		add("shim", "listing processes: "+err.Error())
 	}
+	group := g.groupShim(shims)
 	for _, s := range shims {
-		if s.Namespace == oci.Namespace && s.ID == intent.ContainerID {
+		if s.Namespace == oci.Namespace && s.ID == intent.ContainerID && (group == nil || s.PID != group.PID) {
 			add("shim", fmt.Sprintf("pid %d", s.PID))
 		}
 	}
@@ -341,6 +345,33 @@ func (g *collector) leftovers(dir string, intent *Intent) []GCLeft {
 		add("socket", sock)
 	}
 	return left
+}
+
+// groupShim is the shim group's shim on gc's containerd (ServesGroup), or
+// nil.
+func (g *collector) groupShim(shims []daemon.Shim) *daemon.Shim {
+	for _, s := range shims {
+		if s.Namespace == oci.Namespace && daemon.SameAddress(s.Address, g.address) && s.ServesGroup(ShimGroupID) {
+			return &s
+		}
+	}
+	return nil
+}
+
+// endGroupTask ends the task of bundle that group's shim may still hold
+// although containerd no longer tracks it (its hookbox killed while
+// creating it), as the shim's own delete would, leaving the shim to the
+// other runs of the group.
+func (g *collector) endGroupTask(group *daemon.Shim, runID, containerID, bundle string) {
+	if group == nil {
+		return
+	}
+	if _, err := os.Stat(filepath.Join(bundle, "config.json")); err != nil {
+		return
+	}
+	g.do(runID, "task", fmt.Sprintf("%s in the shim group's shim (pid %d)", containerID, group.PID), func() error {
+		return group.EndGroupTask(g.ctx, containerID, bundle)
+	})
 }
 
 // runShim is the shim of run id's task on the containerd at address, or
@@ -492,12 +523,17 @@ func (g *collector) sweepLost(abandoned func(string, map[string]string) bool) er
 	}
 	served := map[string]bool{}    // ids whose shim on this containerd stays
 	elsewhere := map[string]bool{} // ids with a shim of another containerd
+	group := g.groupShim(shims)
 	for _, s := range shims {
 		if s.Namespace != oci.Namespace {
 			continue
 		}
 		if !daemon.SameAddress(s.Address, g.address) {
 			elsewhere[s.ID] = true
+			continue
+		}
+		if group != nil && s.PID == group.PID {
+			served[s.ID] = true // it serves whatever runs join the group
 			continue
 		}
 		if !ownerGone(s.ID) {
@@ -536,6 +572,7 @@ func (g *collector) sweepLost(abandoned func(string, map[string]string) bool) er
 		if fi, err := os.Lstat(bundle); err != nil || time.Since(fi.ModTime()) < orphanGrace || !ownerGone(id) {
 			continue
 		}
+		g.endGroupTask(group, id, id, bundle)
 		g.do(id, "bundle", bundle, func() error { return daemon.RemoveBundle(bundle) })
 	}
 	return nil

@@ -242,6 +242,11 @@ type execution struct {
 
 	// workspaceStore is the host tmpfs of an overlay workspace's upper layer.
 	workspaceStore string
+
+	// grouped: the run's task is in the shim group; anchor: the group's
+	// anchor being made by this run (shimgroup.go).
+	grouped bool
+	anchor  *pending[struct{}]
 }
 
 // ownerLabels mark a run's containerd resources with their run and owner.
@@ -288,6 +293,7 @@ func (x *execution) run() {
 		res.Status, res.Error = StatusInfraError, err.Error()
 	}
 	x.teardown()
+	x.anchorMade()
 	// Before the seal digests the record: a record file still being
 	// written when prepare failed is on disk, or its failure is the run's.
 	if werr := x.recordsWritten(); werr != nil && res.Error == "" {
@@ -456,6 +462,7 @@ func (x *execution) prepare() (err error) {
 		return err
 	}
 	spec := planned.Spec
+	x.joinShimGroup(spec)
 	if planned.SeccompFilter != nil {
 		// Read-only in the container, like the rest of the config dir.
 		if err := os.WriteFile(filepath.Join(host.ConfigDir, initseccomp.FileName), planned.SeccompFilter, 0o444); err != nil {
@@ -851,6 +858,7 @@ func (x *execution) create() error {
 		return fmt.Errorf("start task: %w", err)
 	}
 	x.engineStarted = true
+	x.makeAnchor()
 	return nil
 }
 

@@ -12,4 +12,7 @@ const (
 	// envSystemAddress replaces the system socket hookbox probes before
 	// starting a managed containerd (unusual hosts, tests).
 	envSystemAddress = "HOOKBOX_SYSTEM_CONTAINERD_ADDRESS"
+	// envShimGroup: "off" gives every run's task a shim of its own
+	// instead of the shim group's (docs/architecture.md, "Shim group").
+	envShimGroup = "HOOKBOX_SHIM_GROUP"
 )

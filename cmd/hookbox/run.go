@@ -153,7 +153,8 @@ mount exists. result.json records both digests.`,
 				return func(msg string) { progressLine(cmd.ErrOrStderr(), jsonOut, phase, msg) }
 			}
 			backend := launcher.BackendConfig{Address: address, Daemon: daemonOptions(true, dirs.daemon, progress("containerd")),
-				Traced: r.Trace.Mode != render.TraceOff, TraceRingSize: traceRingSize, Early: early}
+				Traced: r.Trace.Mode != render.TraceOff, TraceRingSize: traceRingSize, Early: early,
+				NoShimGroup: os.Getenv(envShimGroup) == "off"}
 			if exe, err := os.Executable(); err == nil && !rootlessUser() {
 				backend.ManagedTracer = &launcher.ManagedTracerConfig{Executable: exe, RuntimeDir: os.Getenv(envRuntimeDir)}
 			}

@@ -13,16 +13,18 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/spf13/cobra"
 
 	"hookbox.dev/hookbox/internal/config"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/daemon"
 	"hookbox.dev/hookbox/launcher/rootless"
+	"hookbox.dev/hookbox/oci"
 )
 
 func newGCCommand(h *hostFlags) *cobra.Command {
-	var dryRun, jsonOut bool
+	var dryRun, jsonOut, shimGroup bool
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove what abandoned runs left behind (processes, tasks, containers, snapshots, leases, shims, tmpfs, cgroups)",
@@ -50,6 +52,9 @@ func newGCCommand(h *hostFlags) *cobra.Command {
 			if !isInner && !rootlessUser() {
 				report.Actions = append(report.Actions, gcTracers(cmd.Context(), dryRun)...)
 			}
+			if shimGroup && backend != nil {
+				report.Actions = append(report.Actions, gcShimGroup(cmd.Context(), backend, dryRun)...)
+			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
 				if err := json.NewEncoder(out).Encode(report); err != nil {
@@ -71,7 +76,22 @@ func newGCCommand(h *hostFlags) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only print what would be removed")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the report as JSON")
+	cmd.Flags().BoolVar(&shimGroup, "shim-group", false, "also remove the shim group's anchor: its shim exits after the last run in it (the next run makes it again)")
 	return cmd
+}
+
+// gcShimGroup removes the shim group's anchor, when there is one.
+func gcShimGroup(ctx context.Context, backend *launcher.Backend, dryRun bool) []launcher.GCAction {
+	if _, err := backend.Client.LoadContainer(namespaces.WithNamespace(ctx, oci.Namespace), launcher.ShimGroupID); err != nil {
+		return nil
+	}
+	a := launcher.GCAction{What: "shim-group", Detail: launcher.ShimGroupID}
+	if !dryRun {
+		if err := launcher.RemoveShimGroup(ctx, backend.Client); err != nil {
+			a.Error = err.Error()
+		}
+	}
+	return []launcher.GCAction{a}
 }
 
 // printGC prints one line per action and per leftover.

@@ -397,8 +397,9 @@ func (m Managed) Stop(ctx context.Context, grace time.Duration) error {
 	return m.EndShims(context.WithoutCancel(ctx))
 }
 
-// EndShims ends the shims of this daemon's tasks (Shim.End) and removes
-// the task bundles left in its state directory. The daemon must not run:
+// EndShims ends the shims of this daemon's tasks (Shim.End) and the tasks
+// of the task bundles left in its state directory (a shim group's other
+// tasks), and removes those bundles. The daemon must not run:
 // it would see its tasks die. It returns every failure, after trying all.
 func (m Managed) EndShims(ctx context.Context) error {
 	shims, err := Shims()
@@ -406,9 +407,11 @@ func (m Managed) EndShims(ctx context.Context) error {
 		return fmt.Errorf("managed containerd: finding its shims: %w", err)
 	}
 	var errs []error
+	binary := "containerd-shim-runc-v2"
 	for _, s := range shims {
 		if SameAddress(s.Address, m.Address) {
 			errs = append(errs, s.End(ctx))
+			binary = s.Binary
 		}
 	}
 	namespaces, err := os.ReadDir(filepath.Join(m.State, TaskStateDir))
@@ -419,7 +422,10 @@ func (m Managed) EndShims(ctx context.Context) error {
 		ids, err := TaskBundles(m.State, ns.Name())
 		errs = append(errs, err)
 		for _, id := range ids {
-			errs = append(errs, RemoveBundle(TaskBundle(m.State, ns.Name(), id)))
+			// A task a group's shim served besides the one it was
+			// started for: its processes end with the bundle.
+			bundle := TaskBundle(m.State, ns.Name(), id)
+			errs = append(errs, deleteBundleTask(ctx, binary, ns.Name(), m.Address, id, bundle), RemoveBundle(bundle))
 		}
 	}
 	return errors.Join(errs...)

@@ -28,15 +28,15 @@ const TaskStateDir = "io.containerd.runtime.v2.task"
 const DefaultSystemState = "/run/containerd"
 
 // Shim is a running containerd shim as procfs shows it. containerd starts
-// one per task (hookbox never groups tasks) as
+// one per task, or one per group of tasks (oci.AnnotationShimGroup), as
 // `containerd-shim-runc-v2 -namespace NS -id ID -address ADDR`, in the
-// task's bundle directory.
+// bundle directory of the task it was started for.
 type Shim struct {
 	PID       int
 	StartTime uint64 // with PID, its identity (host.ProcessAlive)
 	Binary    string // the program it runs
 	Namespace string
-	ID        string // the task (container) id
+	ID        string // the task (container) id it was started for
 	Address   string // the socket of the containerd that started it
 	Bundle    string // its working directory, the task's bundle ("" if removed)
 }
@@ -224,27 +224,41 @@ func shimCommandRuns(namespace, id string) bool {
 	return false
 }
 
-// deleteTask runs `<shim> -namespace NS -address ADDR -id ID -bundle B
-// delete` in the bundle, as containerd does after a shim died; its output
-// is only quoted in the error.
+// deleteTask runs the shim binary's own `delete` for s's task.
 func (s Shim) deleteTask(ctx context.Context) error {
-	if _, err := os.Stat(filepath.Join(s.Bundle, "config.json")); err != nil {
+	return deleteBundleTask(ctx, s.Binary, s.Namespace, s.Address, s.ID, s.Bundle)
+}
+
+// EndGroupTask ends task id of a group s serves (ServesGroup), whose
+// bundle is bundle, as containerd would for a dead shim's task (the shim
+// binary's `delete`: runc delete --force, the rootfs unmounted), and
+// leaves s to the group's other tasks.
+func (s Shim) EndGroupTask(ctx context.Context, id, bundle string) error {
+	return deleteBundleTask(ctx, s.Binary, s.Namespace, s.Address, id, bundle)
+}
+
+// deleteBundleTask runs `<shim> -namespace NS -address ADDR -id ID -bundle
+// B delete` in the bundle, as containerd does after a shim died; its
+// output is only quoted in the error. binary is the shim's program, or
+// its name to look up.
+func deleteBundleTask(ctx context.Context, binary, namespace, address, id, bundle string) error {
+	if _, err := os.Stat(filepath.Join(bundle, "config.json")); err != nil {
 		return nil // no bundle (containerd never got that far, or it is gone)
 	}
-	bin := strings.TrimSuffix(s.Binary, " (deleted)")
+	bin := strings.TrimSuffix(binary, " (deleted)")
 	if _, err := os.Stat(bin); err != nil {
 		// Replaced on disk since the shim started: the installed one.
 		if bin, err = exec.LookPath(filepath.Base(bin)); err != nil {
-			return fmt.Errorf("shim of task %s: no %s to run its delete: %w", s.ID, filepath.Base(s.Binary), err)
+			return fmt.Errorf("shim of task %s: no %s to run its delete: %w", id, filepath.Base(binary), err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-namespace", s.Namespace, "-address", s.Address, "-id", s.ID, "-bundle", s.Bundle, "delete")
-	cmd.Dir = s.Bundle
+	cmd := exec.CommandContext(ctx, bin, "-namespace", namespace, "-address", address, "-id", id, "-bundle", bundle, "delete")
+	cmd.Dir = bundle
 	cmd.Env = daemonEnv()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("shim of task %s: %s delete: %w: %s", s.ID, filepath.Base(bin), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("shim of task %s: %s delete: %w: %s", id, filepath.Base(bin), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -98,11 +98,17 @@ func fakeBundle(t *testing.T, ns, id string) (state, bundle, work, sock string) 
 // working in bundle.
 func startFakeShim(t *testing.T, ns, id, address, bundle string) *exec.Cmd {
 	t.Helper()
+	return startFakeShimWith(t, ns, id, address, bundle)
+}
+
+// startFakeShimWith is startFakeShim with files the process inherits.
+func startFakeShimWith(t *testing.T, ns, id, address, bundle string, files ...*os.File) *exec.Cmd {
+	t.Helper()
 	sh, err := exec.LookPath("sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := &exec.Cmd{Path: sh, Dir: bundle,
+	cmd := &exec.Cmd{Path: sh, Dir: bundle, ExtraFiles: files,
 		Args: []string{"containerd-shim-hookbox-test", "-c", "sleep 60", "-namespace", ns, "-id", id, "-address", address}}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -198,5 +204,39 @@ func TestShimSocket(t *testing.T) {
 	got := ShimSocket("unix:///run/containerd/containerd.sock", "hookbox", "hbx-mx5ifpjy-c820c6f7")
 	if want := "/run/containerd/s/8314ae0de9e0497919d7177bbea9bea768755d272a41a71b31aff48997ab341b"; got != want {
 		t.Errorf("ShimSocket = %s, want %s", got, want)
+	}
+}
+
+// A shim started for one task serves the group whose socket it listens
+// on (the listener its `start` passed it); one that only runs beside it
+// does not, and the group's anchor's shim always does.
+func TestShimServesGroup(t *testing.T) {
+	_, bundle, _, _ := fakeBundle(t, "hookbox-test", "task-a")
+	group := filepath.Join(t.TempDir(), "group.sock")
+	l, err := net.Listen("unix", group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := l.(*net.UnixListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := startFakeShimWith(t, "hookbox-test", "task-a", "/run/x.sock", bundle, f)
+	f.Close()
+	other := startFakeShim(t, "hookbox-test", "task-b", "/run/x.sock", bundle)
+	l.Close() // only the fake shim holds it now
+	a, b := findShim(t, holder.Process.Pid), findShim(t, other.Process.Pid)
+	if a == nil || b == nil {
+		t.Fatalf("fake shims not found: %v %v", a, b)
+	}
+	if !a.listensAt(group) {
+		t.Errorf("the shim holding the group's listener does not serve it")
+	}
+	if b.listensAt(group) {
+		t.Errorf("a shim without the group's listener serves it")
+	}
+	if !b.ServesGroup("task-b") || b.ServesGroup("some-group") {
+		t.Errorf("ServesGroup by the shim's own id: %v, by another group: %v", b.ServesGroup("task-b"), b.ServesGroup("some-group"))
 	}
 }
