@@ -111,7 +111,8 @@ spec:
 	var rows []*row
 	peakRSS := map[string]int64{}
 	// measure adds a command to the rounds; runRounds runs every added
-	// command once per round, n rounds, in the order added. Interleaved,
+	// command once per round, n rounds, in the order added, rotated by
+	// one each round. Interleaved,
 	// a slow minute of the host (a neighbour's load) weighs on every
 	// command alike instead of on whichever ran then.
 	measure := func(name string, cmd func(i int) *exec.Cmd) error {
@@ -143,7 +144,11 @@ spec:
 	}
 	runRounds := func() error {
 		for i := 0; i < n; i++ {
-			for _, r := range rows {
+			// Each round starts one command later: in a fixed order the
+			// same command always follows the same one (whose shim may
+			// still be exiting when the next command starts).
+			for j := range rows {
+				r := rows[(i+j)%len(rows)]
 				if !r.alone {
 					if err := runOnce(r, i); err != nil {
 						return err
@@ -288,7 +293,7 @@ spec:
 		fmt.Fprintf(&b, "\nhookbox peak RSS during a run (max over %d runs): %.1f MiB untraced, %.1f MiB traced (warm, default), %.1f MiB traced (cold, in-process), %.1f MiB traced through the helper\n",
 			n, float64(peakRSS["hookbox run"])/1024, float64(peakRSS["hookbox run (traced, warm, default)"])/1024,
 			float64(peakRSS["hookbox run (traced, cold, in-process)"])/1024, float64(peakRSS["hookbox run (traced, helper)"])/1024)
-		fmt.Fprintf(&b, "\n%d rounds of a trivial spawn (/usr/bin/true; tracing off unless traced), each round running every command once in this order (the cold in-process tracer in a block of its own after the rounds: the kernel detaches its tracer after it exits), one invocation of `make bench`, %s.\n",
+		fmt.Fprintf(&b, "\n%d rounds of a trivial spawn (/usr/bin/true; tracing off unless traced), each round running every command once in this order, rotated to start one command later than the round before (the cold in-process tracer in a block of its own after the rounds: the kernel detaches its tracer after it exits), one invocation of `make bench`, %s.\n",
 			n, time.Now().UTC().Format("2006-01-02"))
 		fmt.Print(b.String())
 	}
