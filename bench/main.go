@@ -27,7 +27,7 @@ import (
 )
 
 func main() {
-	runs := flag.Int("n", 15, "runs per command")
+	runs := flag.Int("n", 40, "runs per command (rounds of the peer table)")
 	hookbox := flag.String("hookbox", "bin/hookbox", "hookbox binary")
 	out := flag.String("out", "", "where to write the table (make bench: bench/results.md); else it is printed only")
 	flag.IntVar(&stormExecs, "storm-execs", stormExecs, "execs of the fastest exec storm (a slower one has a quarter)")
