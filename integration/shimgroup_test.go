@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -123,7 +124,8 @@ func TestShimGroup(t *testing.T) {
 // TestShimGroupKilledMidRun: the group's shim is SIGKILLed while a run in
 // it runs. None of the engine's processes survive, hookbox exits within
 // the grace plus a small bound, and the next run works: a shim of its
-// own, after which the group answers again (the anchor's task made anew).
+// own, after which the group answers again (the anchor made anew, its
+// rootfs removed meanwhile).
 func TestShimGroupKilledMidRun(t *testing.T) {
 	e := newManagedEnv(t)
 	e.startManaged()
@@ -153,6 +155,11 @@ func TestShimGroupKilledMidRun(t *testing.T) {
 	t.Logf("result: status %s, exit code %s, reasons %v, error %q", res.Status, fmtCode(res.ExitCode), res.Reasons, res.Error)
 	if res.Status == launcher.StatusCompleted {
 		t.Errorf("a run whose shim was killed under it is %s", res.Status)
+	}
+	// The anchor's rootfs gone too (as with the state dir that made it):
+	// the anchor is made anew, not its task alone.
+	if err := os.RemoveAll(filepath.Join(e.state, "shim-group")); err != nil {
+		t.Fatal(err)
 	}
 	assertNextRunWorks(t, e, res.RunID)
 	if !daemon.GroupLive(e.containerd(), oci.Namespace, launcher.ShimGroupID) {

@@ -363,11 +363,8 @@ func (g *collector) groupShim(shims []daemon.Shim) *daemon.Shim {
 // creating it), as the shim's own delete would, leaving the shim to the
 // other runs of the group.
 func (g *collector) endGroupTask(group *daemon.Shim, runID, containerID, bundle string) {
-	if group == nil {
-		return
-	}
-	if _, err := os.Stat(filepath.Join(bundle, "config.json")); err != nil {
-		return
+	if group == nil || daemon.BundleGroup(bundle) != ShimGroupID {
+		return // a task of its own shim: its shim, or containerd, ends it
 	}
 	g.do(runID, "task", fmt.Sprintf("%s in the shim group's shim (pid %d)", containerID, group.PID), func() error {
 		return group.EndGroupTask(g.ctx, containerID, bundle)

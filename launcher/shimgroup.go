@@ -69,44 +69,36 @@ func (x *execution) anchorMade() {
 
 // EnsureShimGroup makes the shim group's anchor on b unless the group's
 // shim answers: its container (rootfs: an empty AnchorPath under
-// stateDir) and its task, created, never started. An anchor left without
-// a live shim (containerd restarted, the shim killed) has its task
-// replaced. Another hookbox making it at the same time is not an error.
+// stateDir) and its task, created, never started. An anchor whose shim
+// does not answer (containerd restarted, the shim killed, its rootfs gone
+// with the state dir that made it) is removed and made anew. Another
+// hookbox making it at the same time is not an error.
 func EnsureShimGroup(ctx context.Context, b *Backend, stateDir, version string) error {
 	if daemon.GroupLive(b.Address, oci.Namespace, ShimGroupID) {
 		return nil
 	}
 	ctx = namespaces.WithNamespace(ctx, oci.Namespace)
 	client := b.Client
-	c, err := client.LoadContainer(ctx, ShimGroupID)
-	switch {
-	case errdefs.IsNotFound(err):
-		rootfs, err := anchorRootfs(stateDir)
-		if err != nil {
-			return err
-		}
-		spec, err := oci.AnchorSpec(ctx, ShimGroupID, rootfs)
-		if err != nil {
-			return err
-		}
-		c, err = client.NewContainer(ctx, ShimGroupID,
-			containerd.WithSpec(spec),
-			containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(b.RuncRoot)),
-			containerd.WithContainerLabels(map[string]string{LabelShimGroup: "anchor", LabelVersion: version}))
-		if errdefs.IsAlreadyExists(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("shim group: create the anchor's container: %w", err)
-		}
-	case err != nil:
-		return fmt.Errorf("shim group: load the anchor's container: %w", err)
-	default:
-		if t, err := c.Task(ctx, nil); err == nil {
-			if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				return fmt.Errorf("shim group: replace the anchor's task: %w", err)
-			}
-		}
+	if err := RemoveShimGroup(ctx, client); err != nil {
+		return fmt.Errorf("shim group: remove the anchor left without a shim: %w", err)
+	}
+	rootfs, err := anchorRootfs(stateDir)
+	if err != nil {
+		return err
+	}
+	spec, err := oci.AnchorSpec(ctx, ShimGroupID, rootfs)
+	if err != nil {
+		return err
+	}
+	c, err := client.NewContainer(ctx, ShimGroupID,
+		containerd.WithSpec(spec),
+		containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(b.RuncRoot)),
+		containerd.WithContainerLabels(map[string]string{LabelShimGroup: "anchor", LabelVersion: version}))
+	if errdefs.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("shim group: create the anchor's container: %w", err)
 	}
 	if _, err := c.NewTask(ctx, cio.NullIO); err != nil && !errdefs.IsAlreadyExists(err) {
 		return fmt.Errorf("shim group: create the anchor's task: %w", err)

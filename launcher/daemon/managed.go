@@ -425,7 +425,10 @@ func (m Managed) EndShims(ctx context.Context) error {
 			// A task a group's shim served besides the one it was
 			// started for: its processes end with the bundle.
 			bundle := TaskBundle(m.State, ns.Name(), id)
-			errs = append(errs, deleteBundleTask(ctx, binary, ns.Name(), m.Address, id, bundle), RemoveBundle(bundle))
+			if BundleGroup(bundle) != "" {
+				errs = append(errs, deleteBundleTask(ctx, binary, ns.Name(), m.Address, id, bundle))
+			}
+			errs = append(errs, RemoveBundle(bundle))
 		}
 	}
 	return errors.Join(errs...)

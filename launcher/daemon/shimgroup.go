@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"encoding/json"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"hookbox.dev/hookbox/internal/host"
+	"hookbox.dev/hookbox/oci"
 )
 
 // GroupLive reports whether a shim answers at the socket of group in
@@ -32,4 +36,21 @@ func (s Shim) ServesGroup(group string) bool {
 func (s Shim) listensAt(path string) bool {
 	inode, ok, err := host.UnixListener(path)
 	return err == nil && ok && host.HoldsSocket(s.PID, inode)
+}
+
+// BundleGroup is the shim group the task of bundle was created in (its
+// config.json's oci.AnnotationShimGroup), "" for a task with a shim of its
+// own or a bundle without a spec.
+func BundleGroup(bundle string) string {
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return ""
+	}
+	var spec struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if json.Unmarshal(data, &spec) != nil {
+		return ""
+	}
+	return spec.Annotations[oci.AnnotationShimGroup]
 }

@@ -240,3 +240,20 @@ func TestShimServesGroup(t *testing.T) {
 		t.Errorf("ServesGroup by the shim's own id: %v, by another group: %v", b.ServesGroup("task-b"), b.ServesGroup("some-group"))
 	}
 }
+
+// A bundle's task is in the group its spec names; one with a shim of its
+// own, or no spec, is in none.
+func TestBundleGroup(t *testing.T) {
+	_, bundle, _, _ := fakeBundle(t, "hookbox-test", "task-a")
+	if g := BundleGroup(bundle); g != "" {
+		t.Errorf("no config.json: group %q", g)
+	}
+	os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"annotations":{"dev.hookbox.run-id":"task-a"}}`), 0o644)
+	if g := BundleGroup(bundle); g != "" {
+		t.Errorf("a task of its own shim: group %q", g)
+	}
+	os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"annotations":{"io.containerd.runc.v2.group":"hookbox-shim-group"}}`), 0o644)
+	if g := BundleGroup(bundle); g != "hookbox-shim-group" {
+		t.Errorf("a task in the group: group %q", g)
+	}
+}
