@@ -347,15 +347,9 @@ func (g *collector) leftovers(dir string, intent *Intent) []GCLeft {
 	return left
 }
 
-// groupShim is the shim group's shim on gc's containerd (ServesGroup), or
-// nil.
+// groupShim is the shim group's shim on gc's containerd, or nil.
 func (g *collector) groupShim(shims []daemon.Shim) *daemon.Shim {
-	for _, s := range shims {
-		if s.Namespace == oci.Namespace && daemon.SameAddress(s.Address, g.address) && s.ServesGroup(ShimGroupID) {
-			return &s
-		}
-	}
-	return nil
+	return daemon.GroupShim(shims, g.address, oci.Namespace, ShimGroupID)
 }
 
 // endGroupTask ends the task of bundle that group's shim may still hold

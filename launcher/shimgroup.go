@@ -40,7 +40,7 @@ func (x *execution) joinShimGroup(spec *specs.Spec) {
 		return
 	}
 	if x.grouped = daemon.GroupLive(x.opts.Backend.Address, oci.Namespace, ShimGroupID); x.grouped {
-		oci.WithShimGroup(spec, ShimGroupID)
+		oci.SetShimGroup(spec, ShimGroupID)
 	}
 }
 
@@ -52,7 +52,7 @@ func (x *execution) makeAnchor() {
 	}
 	ctx := context.WithoutCancel(x.ctx)
 	x.anchor = start(func() (struct{}, error) {
-		return struct{}{}, EnsureShimGroup(ctx, x.opts.Backend, x.opts.StateDir, x.opts.Version)
+		return struct{}{}, ensureShimGroup(ctx, x.opts.Backend, x.opts.StateDir, x.opts.Version)
 	})
 }
 
@@ -67,13 +67,13 @@ func (x *execution) anchorMade() {
 	}
 }
 
-// EnsureShimGroup makes the shim group's anchor on b unless the group's
+// ensureShimGroup makes the shim group's anchor on b unless the group's
 // shim answers: its container (rootfs: an empty AnchorPath under
 // stateDir) and its task, created, never started. An anchor whose shim
 // does not answer (containerd restarted, the shim killed, its rootfs gone
 // with the state dir that made it) is removed and made anew. Another
 // hookbox making it at the same time is not an error.
-func EnsureShimGroup(ctx context.Context, b *Backend, stateDir, version string) error {
+func ensureShimGroup(ctx context.Context, b *Backend, stateDir, version string) error {
 	if daemon.GroupLive(b.Address, oci.Namespace, ShimGroupID) {
 		return nil
 	}

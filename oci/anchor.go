@@ -20,8 +20,8 @@ const AnnotationShimGroup = "io.containerd.runc.v2.group"
 // run (runc only checks, at create, that it is there and executable).
 const AnchorPath = "/anchor"
 
-// WithShimGroup puts the task in group's shim.
-func WithShimGroup(s *specs.Spec, group string) {
+// SetShimGroup puts the task of s in group's shim.
+func SetShimGroup(s *specs.Spec, group string) {
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
@@ -47,6 +47,6 @@ func AnchorSpec(ctx context.Context, id, rootfs string) (*specs.Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oci: generate the spec of shim group anchor %s: %w", id, err)
 	}
-	WithShimGroup(s, id)
+	SetShimGroup(s, id)
 	return s, nil
 }

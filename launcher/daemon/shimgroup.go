@@ -24,18 +24,29 @@ func GroupLive(address, namespace, group string) bool {
 	return true
 }
 
-// ServesGroup reports whether s is the shim of group, whichever task it
-// was started for: the group's anchor or, when that was gone as a task of
-// the group was created, that task. Such a shim may serve other tasks:
-// it is not ended as one task's lost shim.
-func (s Shim) ServesGroup(group string) bool {
-	return s.ID == group || s.listensAt(ShimSocket(s.Address, s.Namespace, group))
-}
-
-// listensAt: s holds the socket listening at path.
-func (s Shim) listensAt(path string) bool {
-	inode, ok, err := host.UnixListener(path)
-	return err == nil && ok && host.HoldsSocket(s.PID, inode)
+// GroupShim is the shim of group among shims, for the containerd at
+// address and namespace, whichever task it was started for: the group's
+// anchor or, when that was gone as a task of the group was created, that
+// task (the shim holding the listener at the group's socket, which its
+// `start` passed it). Such a shim may serve other tasks: it is not ended
+// as one task's lost shim. nil when none serves the group.
+func GroupShim(shims []Shim, address, namespace, group string) *Shim {
+	ours := func(s Shim) bool { return s.Namespace == namespace && SameAddress(s.Address, address) }
+	for _, s := range shims {
+		if ours(s) && s.ID == group {
+			return &s
+		}
+	}
+	inode, ok, err := host.UnixListener(ShimSocket(address, namespace, group))
+	if err != nil || !ok {
+		return nil
+	}
+	for _, s := range shims {
+		if ours(s) && host.HoldsSocket(s.PID, inode) {
+			return &s
+		}
+	}
+	return nil
 }
 
 // BundleGroup is the shim group the task of bundle was created in (its

@@ -229,7 +229,7 @@ func (s Shim) deleteTask(ctx context.Context) error {
 	return deleteBundleTask(ctx, s.Binary, s.Namespace, s.Address, s.ID, s.Bundle)
 }
 
-// EndGroupTask ends task id of a group s serves (ServesGroup), whose
+// EndGroupTask ends task id of a group s serves (GroupShim), whose
 // bundle is bundle, as containerd would for a dead shim's task (the shim
 // binary's `delete`: runc delete --force, the rootfs unmounted), and
 // leaves s to the group's other tasks.

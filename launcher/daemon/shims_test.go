@@ -207,13 +207,40 @@ func TestShimSocket(t *testing.T) {
 	}
 }
 
-// A shim started for one task serves the group whose socket it listens
-// on (the listener its `start` passed it); one that only runs beside it
-// does not, and the group's anchor's shim always does.
-func TestShimServesGroup(t *testing.T) {
-	_, bundle, _, _ := fakeBundle(t, "hookbox-test", "task-a")
-	group := filepath.Join(t.TempDir(), "group.sock")
-	l, err := net.Listen("unix", group)
+// The group's shim is the one started for the group's anchor, else the
+// one holding the listener at the group's socket (its `start` passed it);
+// a shim that only runs beside it, or of another containerd, is not.
+func TestGroupShim(t *testing.T) {
+	const ns, address = "hookbox-test", "/run/hookbox-test-containerd.sock"
+	_, bundle, _, _ := fakeBundle(t, ns, "task-a")
+	other := startFakeShim(t, ns, "task-b", address, bundle)
+	elsewhere := startFakeShim(t, ns, "group-g", "/run/another-containerd.sock", bundle)
+	var shims []Shim
+	for _, c := range []*exec.Cmd{other, elsewhere} {
+		s := findShim(t, c.Process.Pid)
+		if s == nil {
+			t.Fatalf("fake shim %d not found", c.Process.Pid)
+		}
+		shims = append(shims, *s)
+	}
+	if g := GroupShim(shims, address, ns, "group-g"); g != nil {
+		t.Errorf("no shim serves group-g here, got pid %d", g.PID)
+	}
+	// A shim whose id is the group's (started for its anchor).
+	anchor := startFakeShim(t, ns, "group-g", address, bundle)
+	if g := GroupShim(append(shims, *findShim(t, anchor.Process.Pid)), address, ns, "group-g"); g == nil || g.PID != anchor.Process.Pid {
+		t.Errorf("the anchor's shim (pid %d) is not the group's: %+v", anchor.Process.Pid, g)
+	}
+	// A shim started for a task of the group, holding the listener at
+	// the group's socket. ShimSocket is under /run/containerd/s.
+	if os.Getuid() != 0 {
+		t.Skip("the group's socket is under /run/containerd/s: root only")
+	}
+	sock := ShimSocket(address, ns, "group-h")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,22 +249,17 @@ func TestShimServesGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder := startFakeShimWith(t, "hookbox-test", "task-a", "/run/x.sock", bundle, f)
+	holder := startFakeShimWith(t, ns, "task-a", address, bundle, f)
 	f.Close()
-	other := startFakeShim(t, "hookbox-test", "task-b", "/run/x.sock", bundle)
-	l.Close() // only the fake shim holds it now
-	a, b := findShim(t, holder.Process.Pid), findShim(t, other.Process.Pid)
-	if a == nil || b == nil {
-		t.Fatalf("fake shims not found: %v %v", a, b)
+	all := append(shims, *findShim(t, holder.Process.Pid))
+	if g := GroupShim(all, address, ns, "group-h"); g == nil || g.PID != holder.Process.Pid {
+		t.Errorf("the shim holding group-h's listener (pid %d) is not the group's: %+v", holder.Process.Pid, g)
 	}
-	if !a.listensAt(group) {
-		t.Errorf("the shim holding the group's listener does not serve it")
-	}
-	if b.listensAt(group) {
-		t.Errorf("a shim without the group's listener serves it")
-	}
-	if !b.ServesGroup("task-b") || b.ServesGroup("some-group") {
-		t.Errorf("ServesGroup by the shim's own id: %v, by another group: %v", b.ServesGroup("task-b"), b.ServesGroup("some-group"))
+	l.Close()
+	holder.Process.Kill()
+	holder.Wait()
+	if g := GroupShim(shims, address, ns, "group-h"); g != nil {
+		t.Errorf("with the holder gone, group-h's shim is pid %d", g.PID)
 	}
 }
 
