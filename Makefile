@@ -23,6 +23,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags hookbox_lite -ldflags '$(LDFLAGS)' -o bin/hookbox ./cmd/hookbox
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hookbox-kube ./cmd/hookbox
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-init ./cmd/hookbox-init
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/containerd-shim-hookbox-v2 ./cmd/containerd-shim-hookbox-v2
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-seed ./cmd/hookbox-seed
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-scripted-engine ./cmd/hookbox-scripted-engine
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/hookbox-scripted-api ./cmd/hookbox-scripted-api

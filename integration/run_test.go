@@ -18,6 +18,7 @@ import (
 
 	"hookbox.dev/hookbox/internal/testenv"
 	"hookbox.dev/hookbox/launcher"
+	"hookbox.dev/hookbox/launcher/shimfront"
 )
 
 func containerdAddress() string {
@@ -33,6 +34,7 @@ var (
 	hookboxBin, engineBin string
 	initBin               string // hookbox-init, next to hookboxBin where hookbox finds it
 	seedBin               string // hookbox-seed, likewise
+	frontBin              string // the shim front, likewise
 	buildErr              error
 )
 
@@ -44,6 +46,7 @@ func buildTools(t *testing.T) {
 		if dir := os.Getenv("HOOKBOX_TEST_BIN_DIR"); dir != "" {
 			hookboxBin, engineBin = filepath.Join(dir, "hookbox"), filepath.Join(dir, "hookbox-scripted-engine")
 			initBin, seedBin = filepath.Join(dir, "hookbox-init"), filepath.Join(dir, "hookbox-seed")
+			frontBin = filepath.Join(dir, shimfront.Binary)
 			return
 		}
 		dir, err := os.MkdirTemp("/var/tmp", "hookbox-it-bin-")
@@ -57,6 +60,7 @@ func buildTools(t *testing.T) {
 			"hookbox.dev/hookbox/cmd/hookbox-scripted-engine": &engineBin,
 			"hookbox.dev/hookbox/cmd/hookbox-init":            &initBin,
 			"hookbox.dev/hookbox/cmd/hookbox-seed":            &seedBin,
+			"hookbox.dev/hookbox/cmd/" + shimfront.Binary:     &frontBin,
 		} {
 			*out = filepath.Join(dir, filepath.Base(pkg))
 			if buildErr = goBuild(*out, pkg); buildErr != nil {

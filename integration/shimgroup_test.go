@@ -15,6 +15,7 @@ import (
 	"hookbox.dev/hookbox/internal/host"
 	"hookbox.dev/hookbox/launcher"
 	"hookbox.dev/hookbox/launcher/daemon"
+	"hookbox.dev/hookbox/launcher/shimfront"
 	"hookbox.dev/hookbox/oci"
 )
 
@@ -69,6 +70,9 @@ func TestShimGroup(t *testing.T) {
 		t.Fatalf("after the first run, want the anchor's shim alone: %+v", shims)
 	}
 	group := shims[0]
+	if filepath.Base(group.Binary) != shimfront.RuncShim {
+		t.Errorf("the group's shim runs %s, want runc's shim (%s)", group.Binary, shimfront.RuncShim)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -87,6 +91,12 @@ func TestShimGroup(t *testing.T) {
 		}
 		if st.PPID != group.PID {
 			t.Errorf("run %s: its init's parent is %d, not the group's shim %d", lr.spawned.RunID, st.PPID, group.PID)
+		}
+		// containerd ran the shim front for it, which left the serving to
+		// runc's shim.
+		path, err := os.ReadFile(filepath.Join(filepath.Dir(group.Bundle), lr.spawned.ContainerID, "shim-binary-path"))
+		if err != nil || string(path) != frontBin {
+			t.Errorf("run %s: its runtime binary is %q (%v), want the shim front %s", lr.spawned.RunID, path, err, frontBin)
 		}
 	}
 	for _, lr := range runs {

@@ -39,10 +39,22 @@ type Backend struct {
 	// ShimGroup: runs join the shim group (ShimGroupID) when its shim
 	// answers, and make it when not.
 	ShimGroup bool
+	// ShimFront is the runtime binary runs' containers name (FindShimFront),
+	// "" for io.containerd.runc.v2.
+	ShimFront string
 	// Tracer returns the exec tracer of a run; it is called once per run,
 	// in the background. An error makes the verdict unchecked with the
 	// error (an *UnavailableError's ID) as the reason.
 	Tracer func() (ExecTracer, error)
+}
+
+// Runtime is the runtime runs' containers name: the shim front, else
+// containerd's runc shim.
+func (b *Backend) Runtime() string {
+	if b.ShimFront != "" {
+		return b.ShimFront
+	}
+	return runcRuntime
 }
 
 // Close releases the backend's client.
@@ -146,6 +158,9 @@ type BackendConfig struct {
 	// NoShimGroup keeps every run's task in a shim of its own (rootless
 	// backends always do).
 	NoShimGroup bool
+	// ShimFront is the shim front runs name as their runtime
+	// (FindShimFront), "" for none.
+	ShimFront string
 	// Early, when set, is a connection DialEarly began with the same
 	// address and daemon options; Connect uses it when it succeeded.
 	Early *EarlyDial
@@ -233,7 +248,7 @@ func Connect(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		}
 	}
 	b := &Backend{Client: client, Address: endpoint.Address, RuncRoot: endpoint.RuncRoot, State: endpoint.State,
-		Cgroups: runtimeCgroups{}, ShimGroup: !cfg.NoShimGroup, Tracer: func() (ExecTracer, error) {
+		Cgroups: runtimeCgroups{}, ShimGroup: !cfg.NoShimGroup, ShimFront: cfg.ShimFront, Tracer: func() (ExecTracer, error) {
 			return loadLocalTracer(ebpf.Options{RingSize: cfg.TraceRingSize})
 		}}
 	if cfg.Traced {
@@ -317,7 +332,7 @@ func connectRootless(ctx context.Context, rc *rootless.Context, cfg BackendConfi
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{Client: client, Address: rc.Address, RuncRoot: rc.RuncRoot, FIFODir: rc.FIFODir}
+	b := &Backend{Client: client, Address: rc.Address, RuncRoot: rc.RuncRoot, FIFODir: rc.FIFODir, ShimFront: cfg.ShimFront}
 	b.Cgroups = rootlessCgroups()
 	if rc.TracerFD <= 0 {
 		why := rc.TracerUnavailable

@@ -540,7 +540,7 @@ func (x *execution) createContainer(view *pending[[]mount.Mount], base *images.I
 	err = x.daemonCall(x.ctx, daemonDeadlines.create, func(ctx context.Context) (err error) {
 		x.container, err = x.opts.Backend.Client.NewContainer(ctx, x.id,
 			containerd.WithSpec(spec),
-			containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(x.opts.Backend.RuncRoot)),
+			containerd.WithRuntime(x.opts.Backend.Runtime(), runtimeOptions(x.opts.Backend.RuncRoot)),
 			containerd.WithContainerLabels(labels),
 			func(context.Context, *containerd.Client, *containers.Container) error {
 				faultpoint.Reach(faultpoint.CreateContainer)

@@ -92,7 +92,7 @@ func ensureShimGroup(ctx context.Context, b *Backend, stateDir, version string) 
 	}
 	c, err := client.NewContainer(ctx, ShimGroupID,
 		containerd.WithSpec(spec),
-		containerd.WithRuntime("io.containerd.runc.v2", runtimeOptions(b.RuncRoot)),
+		containerd.WithRuntime(runcRuntime, runtimeOptions(b.RuncRoot)),
 		containerd.WithContainerLabels(map[string]string{LabelShimGroup: "anchor", LabelVersion: version}))
 	if errdefs.IsAlreadyExists(err) {
 		return nil

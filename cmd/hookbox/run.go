@@ -155,6 +155,9 @@ mount exists. result.json records both digests.`,
 			backend := launcher.BackendConfig{Address: address, Daemon: daemonOptions(true, dirs.daemon, progress("containerd")),
 				Traced: r.Trace.Mode != render.TraceOff, TraceRingSize: traceRingSize, Early: early,
 				NoShimGroup: os.Getenv(envShimGroup) == "off"}
+			if exe, err := os.Executable(); err == nil {
+				backend.ShimFront, _ = launcher.FindShimFront(exe)
+			}
 			if exe, err := os.Executable(); err == nil && !rootlessUser() {
 				backend.ManagedTracer = &launcher.ManagedTracerConfig{Executable: exe, RuntimeDir: os.Getenv(envRuntimeDir)}
 			}

@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 
 	"hookbox.dev/hookbox/internal/host"
+	"hookbox.dev/hookbox/launcher/shimfront"
 )
 
 // TaskStateDir is where containerd's runtime v2 keeps task bundles, under
@@ -50,42 +49,16 @@ func ParseShimArgs(args []string) (namespace, id, address string, ok bool) {
 	return c.namespace, c.id, c.address, ok && c.action == ""
 }
 
-// shimCommand is a containerd-shim command line.
+// shimCommand is a containerd-shim command line (hookbox's front,
+// shimfront.Binary, included).
 type shimCommand struct{ namespace, id, address, action string }
 
 func parseShimCommand(args []string) (shimCommand, bool) {
-	var c shimCommand
 	if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
-		return c, false
+		return shimCommand{}, false
 	}
-	flags := map[string]*string{"namespace": &c.namespace, "id": &c.id, "address": &c.address}
-	for i := 1; i < len(args); i++ {
-		name := strings.TrimLeft(args[i], "-")
-		if name == args[i] {
-			c.action = args[i] // the first non-flag is the action; it ends the flags
-			break
-		}
-		value, inline := "", false
-		if n, v, found := strings.Cut(name, "="); found {
-			name, value, inline = n, v, true
-		}
-		p, known := flags[name]
-		if !known {
-			if !inline && name != "debug" && name != "v" && i+1 < len(args) {
-				i++ // every other flag of the shim takes a value
-			}
-			continue
-		}
-		if !inline {
-			if i+1 >= len(args) {
-				return c, false
-			}
-			i++
-			value = args[i]
-		}
-		*p = value
-	}
-	return c, c.namespace != "" && c.id != "" && c.address != ""
+	c, ok := shimfront.ParseArgs(args[1:])
+	return shimCommand{c.Namespace, c.ID, c.Address, c.Action}, ok
 }
 
 // Shims lists the running containerd shims. A process that exits while
@@ -263,20 +236,14 @@ func deleteBundleTask(ctx context.Context, binary, namespace, address, id, bundl
 	return nil
 }
 
-// shimSocketDir is where containerd shims put their sockets whatever the
-// daemon's state directory (see the package doc).
-const shimSocketDir = DefaultSystemState + "/s"
-
 // ShimSocket is the socket the shim of task id in namespace serves for the
-// containerd at address: containerd names it by the sha256 of
-// "<address>/<namespace>/<id>".
+// containerd at address (shimfront.Socket).
 func ShimSocket(address, namespace, id string) string {
 	p, err := socketPath(address)
 	if err != nil {
 		p = address
 	}
-	sum := sha256.Sum256([]byte(filepath.Join(p, namespace, id)))
-	return filepath.Join(shimSocketDir, hex.EncodeToString(sum[:]))
+	return shimfront.Socket(p, namespace, id)
 }
 
 // RemoveShimSocket removes the socket of a shim that is gone (one ended by
