@@ -157,9 +157,9 @@ mount exists. result.json records both digests.`,
 				NoShimGroup: os.Getenv(envShimGroup) == "off"}
 			if exe, err := os.Executable(); err == nil {
 				backend.ShimFront, _ = launcher.FindShimFront(exe)
-			}
-			if exe, err := os.Executable(); err == nil && !rootlessUser() {
-				backend.ManagedTracer = &launcher.ManagedTracerConfig{Executable: exe, RuntimeDir: os.Getenv(envRuntimeDir)}
+				if !rootlessUser() {
+					backend.ManagedTracer = &launcher.ManagedTracerConfig{Executable: exe, RuntimeDir: os.Getenv(envRuntimeDir)}
+				}
 			}
 			if !isInner && (rootlessFlag || rootlessUser()) {
 				if !rootlessUser() {

@@ -1,14 +1,11 @@
 package daemon
 
 import (
-	"encoding/json"
 	"net"
-	"os"
-	"path/filepath"
 	"time"
 
 	"hookbox.dev/hookbox/internal/host"
-	"hookbox.dev/hookbox/oci"
+	"hookbox.dev/hookbox/launcher/shimfront"
 )
 
 // GroupLive reports whether a shim answers at the socket of group in
@@ -53,15 +50,5 @@ func GroupShim(shims []Shim, address, namespace, group string) *Shim {
 // config.json's oci.AnnotationShimGroup), "" for a task with a shim of its
 // own or a bundle without a spec.
 func BundleGroup(bundle string) string {
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return ""
-	}
-	var spec struct {
-		Annotations map[string]string `json:"annotations"`
-	}
-	if json.Unmarshal(data, &spec) != nil {
-		return ""
-	}
-	return spec.Annotations[oci.AnnotationShimGroup]
+	return shimfront.SpecGroup(bundle)
 }

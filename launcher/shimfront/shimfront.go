@@ -67,8 +67,13 @@ const defaultRuncRoot = "/run/containerd/runc"
 // listens on for the containerd at socketPath (a path, no unix://):
 // containerd names it by the sha256 of "<socketPath>/<namespace>/<id>".
 func Socket(socketPath, namespace, id string) string {
+	return socketIn(SocketDir, socketPath, namespace, id)
+}
+
+// socketIn is Socket with the shims' socket directory given (tests).
+func socketIn(dir, socketPath, namespace, id string) string {
 	sum := sha256.Sum256([]byte(filepath.Join(socketPath, namespace, id)))
-	return filepath.Join(SocketDir, hex.EncodeToString(sum[:]))
+	return filepath.Join(dir, hex.EncodeToString(sum[:]))
 }
 
 // Command is a shim command line as containerd writes it.
@@ -266,12 +271,11 @@ func deleteResponse(pid, status int, exitedAt time.Time) []byte {
 // one for every shim it starts, and wants its own answer format). Like
 // runc's start in that case it writes the bundle's address file.
 func joined(cwd, namespace, address, socketDir string) (string, bool) {
-	group := specGroup(filepath.Join(cwd, "config.json"))
+	group := SpecGroup(cwd)
 	if group == "" || strings.ContainsRune(group, '/') || group == "." || group == ".." {
 		return "", false
 	}
-	sum := sha256.Sum256([]byte(filepath.Join(address, namespace, group)))
-	answer := "unix://" + filepath.Join(socketDir, hex.EncodeToString(sum[:]))
+	answer := "unix://" + socketIn(socketDir, address, namespace, group)
 	first := filepath.Join(filepath.Dir(cwd), group)
 	if got, err := os.ReadFile(filepath.Join(first, "address")); err != nil || string(got) != answer {
 		return "", false
@@ -288,9 +292,11 @@ func joined(cwd, namespace, address, socketDir string) (string, bool) {
 	return answer, true
 }
 
-// specGroup is the shim group a bundle's spec names, "" for none.
-func specGroup(config string) string {
-	data, err := os.ReadFile(config)
+// SpecGroup is the shim group the spec in bundle (its config.json) puts
+// its task in (AnnotationGroup), "" for a task with a shim of its own or
+// a bundle without a spec.
+func SpecGroup(bundle string) string {
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
 		return ""
 	}

@@ -4,7 +4,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -142,7 +141,7 @@ func TestJoined(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { os.RemoveAll(sockets) })
-			sock := strings.Replace(Socket(address, "ns", group), SocketDir, sockets, 1)
+			sock := socketIn(sockets, address, "ns", group)
 			if tc.listen {
 				l, err := net.Listen("unix", sock)
 				if err != nil {
